@@ -1,0 +1,58 @@
+"""The Tensor level: strided tensors over shared storage, lazy expressions, fused evaluation.
+
+This package never imports ``minitorch_exp.node`` or ``minitorch_exp.nn``.
+"""
+
+from .backends import cpu_backend, set_cpu_backend, using_cpu_backend
+from .counters import count_kernels, kernel_counts, reset_kernel_counts, set_debug
+from .creation import (
+    arange,
+    default_generator,
+    empty,
+    empty_like,
+    full,
+    full_like,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randn,
+    randn_like,
+    zeros,
+    zeros_like,
+)
+from .device import Device, as_device, cuda_available
+from .dtypes import bool_, float32, float64, int32, int64
+from .engine import assign, evaluate
+from .expr import (
+    Exp,
+    apply_op,
+    clip,
+    exp,
+    log,
+    matmul,
+    maximum,
+    minimum,
+    relu,
+    sigmoid,
+    sign,
+    sqrt,
+    tanh,
+    where,
+)
+from .layout import Layout, broadcast_shapes
+from .ops import register_op, unregister_op
+from .storage import Storage
+from .tensor import Tensor, from_array, from_numpy, tensor
+
+__all__ = [
+    "Device", "Exp", "Layout", "Storage", "Tensor", "apply_op", "arange", "as_device",
+    "assign", "bool_", "broadcast_shapes", "clip", "count_kernels", "cpu_backend",
+    "cuda_available", "default_generator", "empty", "empty_like", "evaluate", "exp",
+    "float32", "float64", "from_array", "from_numpy", "full", "full_like", "int32", "int64",
+    "kernel_counts", "log", "manual_seed", "matmul", "maximum", "minimum", "ones",
+    "ones_like", "rand", "rand_like", "randn", "randn_like", "register_op", "relu",
+    "reset_kernel_counts", "set_cpu_backend", "set_debug", "sigmoid", "sign", "sqrt", "tanh",
+    "tensor", "unregister_op", "using_cpu_backend", "where", "zeros", "zeros_like",
+]

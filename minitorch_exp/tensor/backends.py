@@ -1,0 +1,57 @@
+"""Which evaluator runs a Plan on each device.
+
+``cpu`` has two: ``numba`` (one compiled loop per Plan, the default when numba
+imports) and ``numpy`` (block-by-block ufuncs, the reference). ``cuda`` has one
+generated CUDA kernel per Plan. Choose the CPU one with ``set_cpu_backend`` or
+the environment variable ``MINITORCH_CPU_BACKEND``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+_CPU_BACKENDS: dict[str, object] = {}
+_state = {"cpu": os.environ.get("MINITORCH_CPU_BACKEND", "numpy")}
+
+
+def _cpu_backend(name: str):
+    backend = _CPU_BACKENDS.get(name)
+    if backend is None:
+        if name == "numpy":
+            from .cpu_numpy import NumpyBackend
+            backend = NumpyBackend()
+        elif name == "numba":
+            from .cpu_numba import NumbaBackend
+            backend = NumbaBackend()
+        else:
+            raise ValueError(f"unknown CPU backend {name!r}: expected 'numpy' or 'numba'")
+        _CPU_BACKENDS[name] = backend
+    return backend
+
+
+def backend_for(device):
+    if device.type == "cpu":
+        return _cpu_backend(_state["cpu"])
+    from .cuda import cuda_backend
+    return cuda_backend()
+
+
+def cpu_backend() -> str:
+    return _state["cpu"]
+
+
+def set_cpu_backend(name: str) -> None:
+    """Select the CPU evaluator: ``'numba'`` (compiled) or ``'numpy'`` (reference)."""
+    _cpu_backend(name)
+    _state["cpu"] = name
+
+
+@contextlib.contextmanager
+def using_cpu_backend(name: str):
+    old = _state["cpu"]
+    set_cpu_backend(name)
+    try:
+        yield
+    finally:
+        _state["cpu"] = old

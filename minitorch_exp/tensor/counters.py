@@ -1,0 +1,72 @@
+"""Kernel counters and the debug level: making the machine visible.
+
+Every pass the engine runs is counted per device and kind -- ``fused`` (one
+elementwise pass), ``reduce``, ``blas`` and ``copy`` (a temporary made to break
+aliasing or a boundary). Tests pin fusion with these counts; benchmarks read
+them. ``MINITORCH_DEBUG`` (or ``set_debug``) prints each Plan as it runs:
+1 = one line per kernel, 2 = plus time and bytes, 3 = plus the expression
+tree, 4 = plus the generated source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+
+_COUNTS: Counter = Counter()
+DEBUG = int(os.environ.get("MINITORCH_DEBUG", "0") or 0)
+
+
+def count(device: str, kind: str) -> None:
+    _COUNTS[(device, kind)] += 1
+
+
+def kernel_counts(device: str = "cpu") -> dict[str, int]:
+    """Kernels run so far on ``device``, by kind, plus their ``total``."""
+    out = {kind: n for (dev, kind), n in _COUNTS.items() if dev == device}
+    out["total"] = sum(out.values())
+    return out
+
+
+def reset_kernel_counts() -> None:
+    _COUNTS.clear()
+
+
+class KernelCount:
+    """Counts seen inside a ``with count_kernels() as k:`` block (``k.total``, ``k['fused']``)."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.counts: dict[str, int] = {}
+
+    def __getitem__(self, kind: str) -> int:
+        return self.counts.get(kind, 0)
+
+    @property
+    def total(self) -> int:
+        return self.counts.get("total", 0)
+
+    def __repr__(self) -> str:
+        return f"KernelCount({self.counts})"
+
+
+@contextlib.contextmanager
+def count_kernels(device: str = "cpu"):
+    before = kernel_counts(device)
+    result = KernelCount(device)
+    try:
+        yield result
+    finally:
+        after = kernel_counts(device)
+        result.counts = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+
+
+def set_debug(level: int) -> None:
+    """Set the debug level (0-4) for this process."""
+    global DEBUG
+    DEBUG = int(level)
+
+
+def debug_level() -> int:
+    return DEBUG

@@ -1,0 +1,281 @@
+"""The NumPy evaluator: runs a Plan block by block through ufuncs with ``out=``.
+
+Eager NumPy evaluates ``-eta * (g + lam * w)`` as three full passes with three
+full-size temporaries. Here the output is cut into cache-sized blocks; each
+block runs the whole program through a few reused scratch buffers, so every
+intermediate stays in cache and nothing as large as the operands is allocated.
+Arrays that fit in one block skip the blocking machinery entirely.
+
+This evaluator is the reference the compiled ones are tested against.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from . import layout as L
+from .counters import count
+from .ops import OPS
+from .tensor import array_view
+
+# Measured on the 2-core reference machine (benchmarks/bench_block_size.py):
+# below ~64k elements per block the per-block ufunc overhead dominated.
+BLOCK = int(os.environ.get("MINITORCH_BLOCK", 1 << 16))
+
+SAVER_UFUNCS = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.true_divide}
+REDUCE_UFUNCS = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def _cast_to(dtype):
+    def cast(x, out=None):
+        if out is None:
+            return np.asarray(x).astype(dtype)
+        np.copyto(out, x, casting="unsafe")
+        return out
+    return cast
+
+
+class Schedule:
+    """A Plan turned into NumPy calls: ``steps[k] = (fn, arg_slots, scratch_index)``."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.steps = []
+        for ins in plan.instrs:
+            fn = _cast_to(ins.dtype) if ins.op == "cast" else OPS[ins.op].numpy
+            self.steps.append((fn, ins.args))
+        self.scratch, self.buffer_of = _assign_buffers(plan)
+
+
+def _assign_buffers(plan):
+    """Give each intermediate a scratch buffer, reusing buffers whose value is dead."""
+    n_in = plan.n_inputs
+    last_use = {}
+    for k, ins in enumerate(plan.instrs):
+        for a in ins.args:
+            last_use[a] = k
+    free: dict[np.dtype, list[int]] = {}
+    scratch: list[np.dtype] = []
+    buffer_of: list[int | None] = []
+    for k, ins in enumerate(plan.instrs):
+        for a in set(ins.args):
+            if a >= n_in and last_use.get(a) == k and buffer_of[a - n_in] is not None:
+                free.setdefault(plan.instrs[a - n_in].dtype, []).append(buffer_of[a - n_in])
+        if k == len(plan.instrs) - 1:
+            buffer_of.append(None)  # the last step writes the destination
+            continue
+        pool = free.get(ins.dtype)
+        if pool:
+            buffer_of.append(pool.pop())
+        else:
+            scratch.append(ins.dtype)
+            buffer_of.append(len(scratch) - 1)
+    return scratch, buffer_of
+
+
+def schedule_for(plan) -> Schedule:
+    sched = plan.compiled.get("numpy")
+    if sched is None:
+        sched = plan.compiled["numpy"] = Schedule(plan)
+    return sched
+
+
+def save(dst, value, saver: str) -> None:
+    """Apply a saver: ``dst = value`` or ``dst op= value``."""
+    if saver == "=":
+        np.copyto(dst, value, casting="unsafe")
+    else:
+        SAVER_UFUNCS[saver](dst, value, out=dst, casting="unsafe")
+
+
+def run_program(sched: Schedule, env: list, dst, saver: str, scratch=None, shape=None) -> None:
+    """Run every step on ``env`` (inputs), writing the result into ``dst`` with ``saver``.
+
+    With ``scratch`` (flat buffers) intermediates go to reused buffers viewed as
+    ``shape``; without, NumPy allocates them (cheap for one small block).
+    """
+    steps = sched.steps
+    if not steps:
+        save(dst, env[sched.plan.out], saver)
+        return
+    n = len(steps) - 1
+    for k in range(n):
+        fn, args = steps[k]
+        operands = [env[a] for a in args]
+        if scratch is None:
+            env.append(fn(*operands))
+        else:
+            buf = scratch[sched.buffer_of[k]][:math.prod(shape)].reshape(shape)
+            env.append(fn(*operands, out=buf))
+    fn, args = steps[n]
+    operands = [env[a] for a in args]
+    if saver == "=":
+        fn(*operands, out=dst)
+    else:
+        save(dst, fn(*operands), saver)
+
+
+class NumpyBackend:
+    """Evaluates Plans with NumPy on the CPU."""
+
+    name = "numpy"
+
+    def elementwise(self, plan, dst, leaves, scalars, saver: str) -> None:
+        count("cpu", "fused")
+        n = dst.numel()
+        if n == 0:
+            return
+        sched = schedule_for(plan)
+        if n <= BLOCK:
+            env = [t.array for t in leaves] + list(scalars)
+            run_program(sched, env, dst.array, saver)
+            return
+        self._blocked(sched, dst, leaves, scalars, saver)
+
+    def _blocked(self, sched, dst, leaves, scalars, saver) -> None:
+        shape = dst.shape
+        layouts = [dst.layout] + [L.broadcast_layout(t.layout, shape) for t in leaves]
+        cshape, cstrides = L.coalesce(shape, *[lay.strides for lay in layouts])
+        views = [array_view(src.storage, L.Layout(cshape, st, lay.offset))
+                 for src, lay, st in zip([dst, *leaves], layouts, cstrides)]
+        out, ins = views[0], views[1:]
+        for i, t in enumerate(leaves):
+            if overlaps(dst, t.storage, layouts[i + 1]):
+                ins[i] = ins[i].copy()
+                count("cpu", "copy")
+        scratch = [scratch_buffer(dt, i) for i, dt in enumerate(sched.scratch)]
+        for idx in blocks(cshape, BLOCK):
+            blk = out[idx]
+            run_program(sched, [a[idx] for a in ins] + list(scalars), blk, saver,
+                        scratch, blk.shape)
+
+    def dot(self, dst, a, b, saver: str) -> None:
+        count("cpu", "blas")
+        if saver == "=" and dst.dtype == np.result_type(a.dtype, b.dtype) and not (
+                overlaps(dst, a.storage, a.layout) or overlaps(dst, b.storage, b.layout)):
+            np.matmul(a.array, b.array, out=dst.array)
+        else:
+            save(dst.array, np.matmul(a.array, b.array), saver)
+
+    def reduce(self, dst, e, saver: str) -> None:
+        count("cpu", "reduce")
+        x = e.x
+        if dst.numel() == 0:
+            return
+        target = dst._try_view_reshape(e.kept_shape).array
+        if e.op == "argmax":
+            values = _materialize(x)
+            axis = None if len(e.axes) == x.ndim and x.ndim != 1 else e.axes[0]
+            r = np.argmax(values, axis=axis)
+            save(dst.array, r.reshape(dst.shape), saver)
+            return
+        if x.kind == 0 or x.numel() <= BLOCK:
+            values = _materialize(x)
+            r = _reduce_array(e.op, values, e.axes, e.dtype)
+        else:
+            r = _blocked_reduce(e)
+        if e.op == "mean":
+            r = r / max(1, math.prod(x.shape[a] for a in e.axes))
+        save(target, r.astype(e.dtype, copy=False), saver)
+
+
+def _reduce_array(op, values, axes, dtype):
+    ufunc = REDUCE_UFUNCS[op]
+    return ufunc.reduce(values, axis=axes, keepdims=True,
+                        dtype=None if op in ("max", "min") else dtype)
+
+
+def _materialize(x):
+    """The values of an elementwise expression as an ndarray (tensors: no copy)."""
+    if x.kind == 0:
+        return x.array
+    from .plan import make_plan
+    plan, leaves, scalars = make_plan(x, x.ndim)
+    out = np.empty(x.shape, x.dtype)
+    run_program(schedule_for(plan), [t.array for t in leaves] + list(scalars), out, "=")
+    return out
+
+
+def _blocked_reduce(e):
+    """Reduce a large fused input block by block; no temporary the size of the input.
+
+    The input is iterated with kept axes first and reduced axes last. A block
+    that spans whole reduced axes yields finished results for a slab of outputs;
+    a block inside the reduced axes yields a partial result that is combined
+    into its one output.
+    """
+    from .plan import make_plan
+    x = e.x
+    kept = [i for i in range(x.ndim) if i not in e.axes]
+    n_kept = len(kept)
+    perm = tuple(kept) + e.axes
+    pshape = tuple(x.shape[i] for i in perm)
+    plan, leaves, scalars = make_plan(x, x.ndim)
+    sched = schedule_for(plan)
+    ins = [array_view(t.storage, L.permute_layout(L.broadcast_layout(t.layout, x.shape), perm))
+           for t in leaves]
+    ufunc = REDUCE_UFUNCS[e.op]
+    acc = None if e.op in ("max", "min") else (e.dtype if e.op == "sum" else
+                                               np.result_type(x.dtype, np.float32))
+    result = np.empty(pshape[:n_kept], acc or x.dtype)
+    scratch = [scratch_buffer(dt, i) for i, dt in enumerate(sched.scratch)]
+    values = scratch_buffer(x.dtype, len(scratch))
+    for idx in blocks(pshape, BLOCK):
+        split = len(idx) - 1
+        shape = (idx[split].stop - idx[split].start,) + pshape[split + 1:]
+        v = values[:math.prod(shape)].reshape(shape)
+        run_program(sched, [a[idx] for a in ins] + list(scalars), v, "=", scratch, shape)
+        if split < n_kept:
+            result[idx] = ufunc.reduce(v, axis=tuple(range(n_kept - split, v.ndim)), dtype=acc)
+            continue
+        part = ufunc.reduce(v, axis=None, dtype=acc)
+        pos = idx[:n_kept]
+        first = idx[split].start == 0 and not any(idx[n_kept:split])
+        result[pos] = part if first else ufunc(result[pos], part)
+    return result.reshape(e.kept_shape)
+
+
+def blocks(shape, block: int):
+    """Index tuples that cut ``shape`` into row-major blocks of at most ``block`` elements.
+
+    Trailing dims that fit whole are taken whole; the next dim out is cut into
+    chunks; dims further out are looped over one index at a time.
+    """
+    inner, axis = 1, len(shape)
+    while axis > 0 and inner * shape[axis - 1] <= block:
+        axis -= 1
+        inner *= shape[axis]
+    if axis == 0:
+        yield (slice(0, shape[0]),) if shape else ()
+        return
+    axis -= 1
+    chunk = max(1, block // inner)
+    for outer in np.ndindex(*shape[:axis]):
+        for start in range(0, shape[axis], chunk):
+            yield outer + (slice(start, min(start + chunk, shape[axis])),)
+
+
+_SCRATCH: dict[tuple, np.ndarray] = {}
+
+
+def scratch_buffer(dtype, index: int) -> np.ndarray:
+    """A reused flat buffer of ``BLOCK`` elements (one per dtype and index)."""
+    key = (np.dtype(dtype), index, BLOCK)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        buf = _SCRATCH[key] = np.empty(BLOCK, dtype)
+    return buf
+
+
+def overlaps(dst, storage, layout) -> bool:
+    """True when reading ``layout`` while writing ``dst`` block by block could go wrong."""
+    if storage is not dst.storage:
+        return False
+    if layout == dst.layout:
+        return False  # same element, same position: read-then-write is safe
+    lo, hi = L.extent(layout)
+    dlo, dhi = L.extent(dst.layout)
+    return lo <= dhi and dlo <= hi

@@ -1,0 +1,112 @@
+"""Factories: new tensors filled with zeros, ones, ranges or random numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes
+from .device import as_device
+from .layout import check_shape, normalize_shape
+from .tensor import Tensor, from_array
+
+_generator = {"rng": np.random.default_rng()}
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the default generator used by ``rand``/``randn`` (and by nn.init)."""
+    _generator["rng"] = np.random.default_rng(seed)
+
+
+def default_generator() -> np.random.Generator:
+    return _generator["rng"]
+
+
+def _make(arr: np.ndarray, device) -> Tensor:
+    device = as_device(device)
+    if device.type != "cpu":
+        arr = device.xp.asarray(arr)
+    return from_array(arr, device)
+
+
+def _filled(shape, value, dtype, device) -> Tensor:
+    shape = check_shape(normalize_shape(shape))
+    dtype = dtypes.as_dtype(dtype)
+    device = as_device(device)
+    return from_array(device.xp.full(shape, value, dtype=dtype), device)
+
+
+def empty(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
+    shape = check_shape(normalize_shape(shape))
+    device = as_device(device)
+    return from_array(device.xp.empty(shape, dtype=dtypes.as_dtype(dtype)), device)
+
+
+def zeros(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
+    return _filled(shape, 0, dtype, device)
+
+
+def ones(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
+    return _filled(shape, 1, dtype, device)
+
+
+def full(shape, fill_value, dtype=None, device="cpu") -> Tensor:
+    if dtype is None:
+        dtype = dtypes.default_dtype_for(fill_value)
+    return _filled((shape,) if isinstance(shape, int) else (tuple(shape),), fill_value,
+                   dtype, device)
+
+
+def arange(start, stop=None, step=1, dtype=None, device="cpu") -> Tensor:
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None:
+        dtype = dtypes.default_dtype_for(np.asarray([start, stop, step]))
+    return _make(np.arange(start, stop, step, dtype=dtypes.as_dtype(dtype)), device)
+
+
+def rand(*shape, dtype=dtypes.float32, device="cpu", generator=None) -> Tensor:
+    """Uniform on [0, 1)."""
+    rng = generator or _generator["rng"]
+    shape = check_shape(normalize_shape(shape))
+    return _make(rng.random(shape, dtype=np.float64).astype(dtypes.as_dtype(dtype)), device)
+
+
+def randn(*shape, dtype=dtypes.float32, device="cpu", generator=None) -> Tensor:
+    """Standard normal."""
+    rng = generator or _generator["rng"]
+    shape = check_shape(normalize_shape(shape))
+    return _make(rng.standard_normal(shape).astype(dtypes.as_dtype(dtype)), device)
+
+
+def _like(t, dtype, device):
+    return t.shape, (t.dtype if dtype is None else dtype), (t.device if device is None else device)
+
+
+def empty_like(t, dtype=None, device=None) -> Tensor:
+    shape, dtype, device = _like(t, dtype, device)
+    return empty(shape, dtype=dtype, device=device)
+
+
+def zeros_like(t, dtype=None, device=None) -> Tensor:
+    shape, dtype, device = _like(t, dtype, device)
+    return zeros(shape, dtype=dtype, device=device)
+
+
+def ones_like(t, dtype=None, device=None) -> Tensor:
+    shape, dtype, device = _like(t, dtype, device)
+    return ones(shape, dtype=dtype, device=device)
+
+
+def full_like(t, fill_value, dtype=None, device=None) -> Tensor:
+    shape, dtype, device = _like(t, dtype, device)
+    return full(shape, fill_value, dtype=dtype, device=device)
+
+
+def rand_like(t, dtype=None, device=None, generator=None) -> Tensor:
+    shape, dtype, device = _like(t, dtype, device)
+    return rand(shape, dtype=dtype, device=device, generator=generator)
+
+
+def randn_like(t, dtype=None, device=None, generator=None) -> Tensor:
+    shape, dtype, device = _like(t, dtype, device)
+    return randn(shape, dtype=dtype, device=device, generator=generator)

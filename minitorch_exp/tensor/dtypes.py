@@ -1,0 +1,74 @@
+"""The five dtypes minitorch_exp supports, and NumPy's promotion rules for them.
+
+Dtypes are plain ``numpy.dtype`` objects, so ``mt.float32 == np.float32`` holds.
+Promotion is NumPy's (NEP 50): Python scalars are *weak*, so a float32 tensor
+times ``0.5`` stays float32, while an int32 tensor times ``0.5`` becomes float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+bool_ = np.dtype(np.bool_)
+
+SUPPORTED = (float32, float64, int32, int64, bool_)
+_NAMES = {"float32": float32, "float": float32, "float64": float64, "double": float64,
+          "int32": int32, "int": int64, "int64": int64, "long": int64, "bool": bool_}
+_PYTHON_TYPES = {float: float32, int: int64, bool: bool_}
+
+
+def as_dtype(dtype) -> np.dtype:
+    """Normalize a dtype given as a name, a Python or NumPy type, or a ``numpy.dtype``."""
+    if isinstance(dtype, str):
+        found = _NAMES.get(dtype)
+    elif any(dtype is t for t in _PYTHON_TYPES):
+        found = _PYTHON_TYPES[dtype]
+    else:
+        try:
+            found = np.dtype(dtype)
+        except TypeError:
+            found = None
+    if found is None or found not in SUPPORTED:
+        names = ", ".join(d.name for d in SUPPORTED)
+        raise TypeError(f"unknown dtype {dtype!r}: expected one of {names}")
+    return found
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f"
+
+
+def default_dtype_for(data) -> np.dtype:
+    """The dtype ``tensor(data)`` picks, as PyTorch does.
+
+    NumPy arrays keep their dtype (when supported); Python floats become
+    float32, Python ints int64, bools bool.
+    """
+    arr = np.asarray(data)
+    if arr.dtype in SUPPORTED:
+        if arr.dtype == float64 and not isinstance(data, (np.ndarray, np.generic)):
+            return float32
+        return arr.dtype
+    if arr.dtype.kind == "f":
+        return float32
+    if arr.dtype.kind in "iu":
+        return int64
+    raise TypeError(f"cannot make a tensor from data of dtype {arr.dtype}; "
+                    f"supported: {', '.join(d.name for d in SUPPORTED)}")
+
+
+def result_type(*operands) -> np.dtype:
+    """Promote dtypes and weak Python scalars the way NumPy 2 does; stay inside SUPPORTED."""
+    dtype = np.result_type(*operands)
+    if dtype not in SUPPORTED:
+        dtype = float64 if dtype.kind in "fc" else int64
+    return dtype
+
+
+def float_result(dtype: np.dtype) -> np.dtype:
+    """Dtype of a float-only op (exp, log, ...): floats stay, ints and bools become float64."""
+    return dtype if dtype.kind == "f" else float64

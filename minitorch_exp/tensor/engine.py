@@ -1,0 +1,126 @@
+"""ExpEngine: ``assign(dst, exp, saver)`` -- check, lower, dispatch, evaluate.
+
+This is where laziness ends. The engine
+
+1. checks the assignment (shape broadcastable to ``dst``, same device, a dtype
+   that casts ``same_kind`` as NumPy's in-place ops require, ``dst`` writable);
+2. evaluates every complex node nested *inside* a map (a dot or reduction whose
+   result feeds further elementwise work) into a temporary, so that the rest
+   is purely elementwise;
+3. dispatches by the kind of what is left at the root: elementwise -> one fused
+   pass; ``Dot`` -> BLAS; ``Reduce`` -> one pass over its fused input.
+
+Which code runs that pass depends on the device's backend (``backends.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import layout as L
+from .backends import backend_for
+from .expr import COMPLEX, RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, operand_str
+from .plan import make_plan
+
+SAVERS = ("=", "+=", "-=", "*=", "/=")
+
+
+def assign(dst, e: Exp, saver: str = "=") -> None:
+    """Evaluate ``e`` straight into the tensor ``dst`` with the given saver."""
+    _check_assign(dst, e, saver)
+    e = resolve_boundaries(e)
+    dst.storage.before_write()
+    backend = backend_for(dst.device)
+    if e.kind != COMPLEX:
+        plan, leaves, scalars = make_plan(e, dst.ndim)
+        backend.elementwise(plan, dst, leaves, scalars, saver)
+    elif type(e) is Dot:
+        backend.dot(dst, e.a, e.b, saver)
+    elif type(e) is Reduce:
+        backend.reduce(dst, e, saver)
+    else:  # pragma: no cover - resolve_boundaries leaves no other complex root
+        raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+
+def evaluate(e: Exp):
+    """Materialize ``e`` into a new contiguous tensor."""
+    if e.kind == RVALUE:
+        return e
+    from .creation import empty
+    dst = empty(e.shape, dtype=e.dtype, device=e.device)
+    assign(dst, e)
+    return dst
+
+
+def evaluate_copy(t):
+    """A contiguous copy of the tensor ``t`` (one elementwise pass)."""
+    from .creation import empty
+    dst = empty(t.shape, dtype=t.dtype, device=t.device)
+    plan, leaves, scalars = make_plan(t, dst.ndim)
+    backend_for(t.device).elementwise(plan, dst, leaves, scalars, "=")
+    return dst
+
+
+def resolve_boundaries(e: Exp, root: bool = True) -> Exp:
+    """Replace complex nodes below the root by the tensors they evaluate to.
+
+    The root may stay complex (its own kernel writes into ``dst``); a ``Dot``
+    root gets tensor operands, a ``Reduce`` root keeps its fused elementwise
+    input, a ``ViewExp`` is evaluated and viewed.
+    """
+    t = type(e)
+    if e.kind == RVALUE or t is Scalar:
+        return e
+    if t is Map:
+        args = tuple(resolve_boundaries(a, False) for a in e.args)
+        return e if all(x is y for x, y in zip(args, e.args)) else Map(e.op, args)
+    if t is Cast:
+        x = resolve_boundaries(e.x, False)
+        return e if x is e.x else Cast(x, e.dtype)
+    if t is ViewExp:
+        return e.fn(evaluate(resolve_boundaries(e.base)))
+    if not root:
+        return evaluate(e)
+    if t is Dot:
+        return Dot(evaluate(e.a), evaluate(e.b))
+    if t is Reduce:
+        x = resolve_boundaries(e.x, False)
+        return e if x is e.x else _rebuild_reduce(e, x)
+    raise TypeError(f"cannot evaluate {t.__name__}")
+
+
+def _rebuild_reduce(e: Reduce, x: Exp) -> Reduce:
+    r = Reduce.__new__(Reduce)
+    r.op, r.x, r.axes, r.keepdims = e.op, x, e.axes, e.keepdims
+    r.shape, r.dtype, r.device = e.shape, e.dtype, e.device
+    return r
+
+
+def _check_assign(dst, e: Exp, saver: str) -> None:
+    if saver not in SAVERS:
+        raise ValueError(f"unknown saver {saver!r}: expected one of {SAVERS}")
+    if getattr(dst, "kind", None) != RVALUE:
+        raise TypeError(f"can only assign into a Tensor, got {type(dst).__name__}")
+    if L.has_overlap_with_self(dst.layout):
+        raise ValueError(
+            f"cannot write into an expanded view (shape {dst.shape}, strides {dst.strides}): "
+            "several elements share one memory location; write into the original tensor "
+            "or make a copy with .contiguous()")
+    if e.shape != dst.shape:
+        try:
+            ok = L.broadcast_shapes(e.shape, dst.shape) == dst.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"assign ({saver}): expression of shape {e.shape} cannot be "
+                             f"written into a tensor of shape {dst.shape}")
+    if e.device is not None and e.device != dst.device:
+        raise ValueError(f"assign ({saver}): expression on {e.device} cannot be written into "
+                         f"a tensor on {dst.device}; move it with .to('{dst.device}')")
+    if type(e) is not Scalar and not np.can_cast(e.dtype, dst.dtype, "same_kind"):
+        raise TypeError(f"assign ({saver}): cannot write a {e.dtype.name} expression into a "
+                        f"{dst.dtype.name} tensor; convert explicitly with .astype("
+                        f"'{dst.dtype.name}') ({operand_str(e)})")
+    if saver == "/=" and dst.dtype.kind in "bi":
+        raise TypeError(f"assign (/=): true division into an {dst.dtype.name} tensor would "
+                        "need a cast; use a float tensor")

@@ -1,0 +1,573 @@
+"""Lazy expression trees: what to compute, not how or where.
+
+Arithmetic on tensors builds a tree of ``Exp`` nodes and computes nothing.
+Each node is checked when it is built (the seed's ExpInfo / TypeCheck /
+ShapeCheck): shapes must broadcast, devices must agree, dtypes promote as in
+NumPy. Evaluation happens only at assignment (``dst[...] = e``, ``dst += e``)
+or ``e.eval()``, in ``engine.py``.
+
+Kinds decide fusion (as mshadow's ``type::kRValue < kMapper < kComplex``):
+
+* ``RVALUE``: a Tensor, read in place;
+* ``MAPPER``: elementwise maps, casts and scalars -- these fuse into one pass;
+* ``COMPLEX``: dot and reductions -- a boundary; nested inside a map they are
+  evaluated first into a temporary.
+
+Views of an elementwise expression (``(a + b).T``) are pushed down to its
+leaves: a view of a map is the same map over views of its inputs. So views
+never stop fusion, except a reshape whose inputs cannot be viewed that way.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import dtypes
+from .device import CPU
+from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_shape
+from .ops import OPS, OpDef
+
+RVALUE, MAPPER, COMPLEX = 0, 1, 3
+
+
+class Exp:
+    """Base of every expression. Subclasses set ``shape``, ``dtype``, ``device``."""
+
+    __slots__ = ("shape", "dtype", "device")
+    kind = MAPPER
+    __array_priority__ = 100  # so ndarray + Exp defers to Exp.__radd__
+    __hash__ = object.__hash__
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    # ---- arithmetic builds trees --------------------------------------------
+    def __add__(self, other):
+        return binary("add", self, other)
+
+    def __radd__(self, other):
+        return binary("add", other, self)
+
+    def __sub__(self, other):
+        return binary("sub", self, other)
+
+    def __rsub__(self, other):
+        return binary("sub", other, self)
+
+    def __mul__(self, other):
+        return binary("mul", self, other)
+
+    def __rmul__(self, other):
+        return binary("mul", other, self)
+
+    def __truediv__(self, other):
+        return binary("div", self, other)
+
+    def __rtruediv__(self, other):
+        return binary("div", other, self)
+
+    def __pow__(self, other):
+        return binary("pow", self, other)
+
+    def __rpow__(self, other):
+        return binary("pow", other, self)
+
+    def __neg__(self):
+        return apply_op("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return apply_op("abs", self)
+
+    def __matmul__(self, other):
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return matmul(other, self)
+
+    def __eq__(self, other):  # type: ignore[override]
+        return binary("eq", self, other)
+
+    def __ne__(self, other):  # type: ignore[override]
+        return binary("ne", self, other)
+
+    def __lt__(self, other):
+        return binary("lt", self, other)
+
+    def __le__(self, other):
+        return binary("le", self, other)
+
+    def __gt__(self, other):
+        return binary("gt", self, other)
+
+    def __ge__(self, other):
+        return binary("ge", self, other)
+
+    def __and__(self, other):
+        return binary("logical_and", self, other)
+
+    def __or__(self, other):
+        return binary("logical_or", self, other)
+
+    def __invert__(self):
+        return apply_op("logical_not", self)
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise ValueError(f"the truth value of an expression of shape {self.shape} is "
+                             "ambiguous; use .any() or .all() after .numpy()")
+        return bool(self.item())
+
+    # ---- elementwise functions as methods -----------------------------------
+    def exp(self):
+        return apply_op("exp", self)
+
+    def log(self):
+        return apply_op("log", self)
+
+    def sqrt(self):
+        return apply_op("sqrt", self)
+
+    def tanh(self):
+        return apply_op("tanh", self)
+
+    def sigmoid(self):
+        return apply_op("sigmoid", self)
+
+    def relu(self):
+        return apply_op("relu", self)
+
+    def abs(self):
+        return apply_op("abs", self)
+
+    def sign(self):
+        return apply_op("sign", self)
+
+    def clip(self, lo, hi):
+        return clip(self, lo, hi)
+
+    def astype(self, dtype) -> Exp:
+        dtype = dtypes.as_dtype(dtype)
+        return self if dtype == self.dtype else Cast(self, dtype)
+
+    # ---- reductions ---------------------------------------------------------
+    def sum(self, axis=None, keepdims: bool = False) -> Exp:
+        return Reduce("sum", self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims: bool = False) -> Exp:
+        return Reduce("mean", self, axis, keepdims)
+
+    def max(self, axis=None, keepdims: bool = False) -> Exp:
+        return Reduce("max", self, axis, keepdims)
+
+    def min(self, axis=None, keepdims: bool = False) -> Exp:
+        return Reduce("min", self, axis, keepdims)
+
+    def argmax(self, axis=None, keepdims: bool = False) -> Exp:
+        return Reduce("argmax", self, axis, keepdims)
+
+    def sum_to(self, shape) -> Exp:
+        """Sum over the dims that broadcasting added, giving ``shape`` (gradient un-broadcast)."""
+        shape = normalize_shape((shape,)) if not isinstance(shape, tuple) else shape
+        if shape == self.shape:
+            return self
+        if broadcast_shapes(shape, self.shape) != self.shape:
+            raise ValueError(f"sum_to: shape {self.shape} is not a broadcast of {shape}")
+        lead = self.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, n in enumerate(shape) if n == 1 and self.shape[lead + i] != 1
+        )
+        return Reduce("sum", self, axes, False, out_shape=shape)
+
+    # ---- views: pushed to the leaves (see module docstring) -----------------
+    def _view(self, fn, what: str) -> Exp:
+        raise NotImplementedError
+
+    def broadcast_to(self, *shape) -> Exp:
+        shape = normalize_shape(shape)
+        if shape == self.shape:
+            return self
+        if broadcast_shapes(self.shape, shape) != shape:
+            raise ValueError(f"cannot broadcast shape {self.shape} to {shape}")
+        return self._view(lambda e: e.broadcast_to(shape), f"broadcast_to{shape}")
+
+    def expand(self, *shape) -> Exp:
+        shape = normalize_shape(shape)
+        lead = len(shape) - self.ndim
+        full = tuple(self.shape[i - lead] if n == -1 and i >= lead else n
+                     for i, n in enumerate(shape))
+        return self.broadcast_to(full)
+
+    def transpose(self, i: int = 0, j: int = 1) -> Exp:
+        return self._view(lambda e: e.transpose(i, j), f"transpose({i}, {j})")
+
+    def permute(self, *dims) -> Exp:
+        dims = normalize_shape(dims)
+        return self._view(lambda e: e.permute(*dims), f"permute{dims}")
+
+    @property
+    def T(self) -> Exp:
+        return self.permute(*reversed(range(self.ndim)))
+
+    def squeeze(self, axis=None) -> Exp:
+        return self._view(lambda e: e.squeeze(axis), "squeeze")
+
+    def unsqueeze(self, axis: int) -> Exp:
+        return self._view(lambda e: e.unsqueeze(axis), f"unsqueeze({axis})")
+
+    def reshape(self, *shape) -> Exp:
+        shape = infer_shape(normalize_shape(shape), self.numel())
+        if shape == self.shape:
+            return self
+        pushed = self._try_view_reshape(shape)
+        if pushed is not None:
+            return pushed
+        return ViewExp(self, lambda t: t.reshape(shape), f"reshape{shape}",
+                       "reshape: an input's strides cannot show the new shape without a copy")
+
+    def view(self, *shape) -> Exp:
+        return self.reshape(*shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Exp:
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = start_dim % self.ndim, end_dim % self.ndim
+        shape = self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:]
+        return self.reshape(shape)
+
+    def _try_view_reshape(self, shape) -> Exp | None:
+        return None
+
+    # ---- evaluation ---------------------------------------------------------
+    def eval(self):
+        """Materialize into a new Tensor (one fused pass where the tree allows)."""
+        from .engine import evaluate
+        return evaluate(self)
+
+    def numpy(self) -> np.ndarray:
+        return self.eval().numpy()
+
+    def item(self):
+        return self.eval().item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.eval().numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def explain(self) -> str:
+        """A readable account of the tree, its fusion, the Plan and the generated code."""
+        from .explain import explain
+        return explain(self)
+
+    def __repr__(self) -> str:
+        values = np.array2string(self.numpy(), separator=", ", prefix="         ")
+        return (f"<lazy {describe(self)}>\n"
+                f"  values: {values}, shape={self.shape}, dtype={self.dtype.name}, "
+                f"device='{self.device}'")
+
+    def __str__(self) -> str:
+        return str(self.numpy())
+
+    def children(self) -> tuple[Exp, ...]:
+        return ()
+
+
+def describe(e: Exp) -> str:
+    """One-line label of a node (for repr, explain and graph drawings)."""
+    if isinstance(e, Map):
+        return e.op.name
+    if isinstance(e, Scalar):
+        return repr(e.value)
+    if isinstance(e, Cast):
+        return f"astype({e.dtype.name})"
+    if isinstance(e, Reduce):
+        return f"{e.op}(axis={e.axes}{', keepdims' if e.keepdims else ''})"
+    if isinstance(e, Dot):
+        return "matmul"
+    if isinstance(e, ViewExp):
+        return e.what
+    return f"tensor{e.shape}"
+
+
+class Scalar(Exp):
+    """A Python number. It is *weak*: it takes the dtype of the tensors it meets."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+        self.shape = ()
+        self.dtype = dtypes.result_type(value)
+        self.device = None
+
+    def _view(self, fn, what):
+        return self
+
+    def broadcast_to(self, *shape):
+        return self
+
+    def _try_view_reshape(self, shape):
+        return self
+
+
+class Map(Exp):
+    """An elementwise op over 1-3 operands, broadcast to a common shape."""
+
+    __slots__ = ("op", "args")
+
+    def __init__(self, op: OpDef, args: tuple[Exp, ...]):
+        self.op = op
+        self.args = args
+        self.shape = _check_shapes(op.name, args)
+        self.device = _check_devices(op.name, args)
+        self.dtype = op.result_dtype([a.value if type(a) is Scalar else a.dtype for a in args])
+
+    def children(self):
+        return self.args
+
+    def _view(self, fn, what):
+        return Map(self.op, tuple(
+            a if type(a) is Scalar else fn(a.broadcast_to(self.shape)) for a in self.args))
+
+    def broadcast_to(self, *shape):
+        shape = normalize_shape(shape)
+        if shape == self.shape:
+            return self
+        broadcast_shapes(self.shape, shape)  # raises when impossible
+        return Map(self.op, tuple(a.broadcast_to(shape) for a in self.args))
+
+    def _try_view_reshape(self, shape):
+        args = []
+        for a in self.args:
+            if type(a) is not Scalar:
+                a = a.broadcast_to(self.shape)._try_view_reshape(shape)
+                if a is None:
+                    return None
+            args.append(a)
+        return Map(self.op, tuple(args))
+
+
+class Cast(Exp):
+    """``astype``: convert each element; fuses like a map."""
+
+    __slots__ = ("x",)
+
+    def __init__(self, x: Exp, dtype):
+        self.x = x
+        self.shape = x.shape
+        self.dtype = dtypes.as_dtype(dtype)
+        self.device = x.device
+
+    def children(self):
+        return (self.x,)
+
+    def _view(self, fn, what):
+        return Cast(fn(self.x), self.dtype)
+
+    def broadcast_to(self, *shape):
+        return Cast(self.x.broadcast_to(*shape), self.dtype)
+
+    def _try_view_reshape(self, shape):
+        x = self.x._try_view_reshape(shape)
+        return None if x is None else Cast(x, self.dtype)
+
+
+class Complex(Exp):
+    """A fusion boundary: its value is computed by its own kernel (BLAS, a reduction)."""
+
+    __slots__ = ()
+    kind = COMPLEX
+
+    def _view(self, fn, what):
+        return ViewExp(self, fn, what, None)
+
+
+class ViewExp(Complex):
+    """A view of an expression that cannot be pushed to its leaves.
+
+    The base is evaluated into a temporary Tensor, then viewed. ``reason`` says
+    why the view was not pushed down (shown by ``explain``).
+    """
+
+    __slots__ = ("base", "fn", "what", "reason")
+
+    def __init__(self, base: Exp, fn, what: str, reason: str | None):
+        self.base, self.fn, self.what = base, fn, what
+        self.reason = reason or f"{what} of a {describe(base)} result, which is computed first"
+        from .tensor import Tensor
+        self.shape = fn(Tensor.meta(base.shape, base.dtype)).shape
+        self.dtype, self.device = base.dtype, base.device
+
+    def children(self):
+        return (self.base,)
+
+
+class Dot(Complex):
+    """Matrix product with NumPy's ``matmul`` shape rules (1-D, 2-D and batched)."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Exp, b: Exp):
+        self.a, self.b = a, b
+        self.device = _check_devices("matmul", (a, b))
+        self.shape = _matmul_shape(a, b)
+        self.dtype = dtypes.result_type(a.dtype, b.dtype)
+
+    def children(self):
+        return (self.a, self.b)
+
+
+class Reduce(Complex):
+    """``sum``, ``mean``, ``max``, ``min``, ``argmax`` over axes of a (fused) input."""
+
+    __slots__ = ("op", "x", "axes", "keepdims")
+
+    def __init__(self, op: str, x: Exp, axis=None, keepdims: bool = False, out_shape=None):
+        self.op, self.x = op, x
+        if op == "argmax" and axis is not None and not isinstance(axis, int):
+            raise ValueError(f"argmax takes one axis or None, got {axis!r}")
+        self.axes = normalize_axes(axis, x.ndim)
+        self.keepdims = keepdims
+        kept = tuple(1 if i in self.axes else n for i, n in enumerate(x.shape))
+        if op in ("max", "min", "argmax") and any(x.shape[a] == 0 for a in self.axes):
+            raise ValueError(f"{op}: cannot reduce over a size-0 axis of shape {x.shape} "
+                             "(the operation has no identity)")
+        if out_shape is None:
+            out_shape = kept if keepdims else tuple(
+                n for i, n in enumerate(x.shape) if i not in self.axes)
+        self.shape = out_shape
+        self.device = x.device
+        self.dtype = _reduce_dtype(op, x.dtype)
+
+    def children(self):
+        return (self.x,)
+
+    @property
+    def kept_shape(self):
+        return tuple(1 if i in self.axes else n for i, n in enumerate(self.x.shape))
+
+
+def _reduce_dtype(op, dtype):
+    if op == "argmax":
+        return dtypes.int64
+    if op == "mean":
+        return dtypes.float_result(dtype)
+    if op == "sum" and dtype.kind in "bi":
+        return dtypes.int64
+    return dtype
+
+
+# ---- construction helpers with build-time checks ----------------------------
+
+def operand_str(e) -> str:
+    if type(e) is Scalar:
+        return f"scalar {e.value!r}"
+    return f"{e.shape} {e.dtype.name} on {e.device}"
+
+
+def _check_shapes(name: str, args) -> tuple[int, ...]:
+    shapes = [a.shape for a in args if type(a) is not Scalar]
+    if len(shapes) == 1 or (len(shapes) == 2 and shapes[0] == shapes[1]):
+        return shapes[0]
+    try:
+        return broadcast_shapes(*shapes)
+    except ValueError:
+        listed = " and ".join(str(s) for s in shapes)
+        raise ValueError(f"{name}: shapes {listed} cannot broadcast "
+                         f"(operands: {'; '.join(operand_str(a) for a in args)})") from None
+
+
+def _check_devices(name: str, args):
+    devices = {a.device for a in args if a.device is not None}
+    if len(devices) > 1:
+        raise ValueError(f"{name}: operands are on different devices "
+                         f"({'; '.join(operand_str(a) for a in args)}); move them with .to()")
+    return devices.pop() if devices else CPU
+
+
+def _matmul_shape(a: Exp, b: Exp):
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: operands must have at least 1 dim, got shapes {a.shape} "
+                         f"and {b.shape}")
+    k_a = a.shape[-1]
+    k_b = b.shape[-2] if b.ndim > 1 else b.shape[0]
+    if k_a != k_b:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align "
+                         f"({k_a} != {k_b}) (operands: {operand_str(a)}; {operand_str(b)})")
+    try:
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: batch dims of {a.shape} and {b.shape} cannot broadcast") \
+            from None
+    rows = (a.shape[-2],) if a.ndim > 1 else ()
+    cols = (b.shape[-1],) if b.ndim > 1 else ()
+    return batch + rows + cols
+
+
+def as_exp(x) -> Exp:
+    """Wrap Python numbers as weak scalars and NumPy arrays as tensors."""
+    if isinstance(x, Exp):
+        return x
+    if isinstance(x, (bool, numbers.Number, np.generic)) and not isinstance(x, complex):
+        return Scalar(x.item() if isinstance(x, np.generic) else x)
+    if isinstance(x, np.ndarray):
+        from .tensor import from_numpy
+        return from_numpy(x)
+    raise TypeError(f"cannot use a {type(x).__name__} in a tensor expression")
+
+
+def apply_op(name: str, *operands) -> Exp:
+    """Apply a registered elementwise op (built-in or user-defined) lazily."""
+    op = OPS.get(name)
+    if op is None:
+        raise KeyError(f"no op named {name!r}; registered: {sorted(OPS)}")
+    if len(operands) != op.arity:
+        raise TypeError(f"{name} takes {op.arity} operands, got {len(operands)}")
+    args = tuple(as_exp(x) for x in operands)
+    if all(type(a) is Scalar for a in args):
+        from .tensor import tensor
+        args = (tensor(args[0].value),) + args[1:]
+    return Map(op, args)
+
+
+def binary(name: str, a, b):
+    try:
+        return apply_op(name, a, b)
+    except TypeError:
+        if not isinstance(a, Exp) or not isinstance(b, Exp):
+            return NotImplemented
+        raise
+
+
+def matmul(a, b) -> Exp:
+    return Dot(as_exp(a), as_exp(b))
+
+
+# Public functional forms.
+def exp(x): return apply_op("exp", x)  # noqa: E704
+def log(x): return apply_op("log", x)  # noqa: E704
+def sqrt(x): return apply_op("sqrt", x)  # noqa: E704
+def tanh(x): return apply_op("tanh", x)  # noqa: E704
+def sigmoid(x): return apply_op("sigmoid", x)  # noqa: E704
+def relu(x): return apply_op("relu", x)  # noqa: E704
+def sign(x): return apply_op("sign", x)  # noqa: E704
+def maximum(a, b): return apply_op("maximum", a, b)  # noqa: E704
+def minimum(a, b): return apply_op("minimum", a, b)  # noqa: E704
+def where(cond, a, b): return apply_op("where", cond, a, b)  # noqa: E704
+def clip(x, lo, hi): return apply_op("clip", x, lo, hi)  # noqa: E704

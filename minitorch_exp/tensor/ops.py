@@ -1,0 +1,314 @@
+"""The elementwise op registry: this project's ``F<op>``.
+
+Every elementwise op -- built-in or user-defined -- is one ``OpDef`` with:
+
+* ``numpy``: ``f(*arrays, out=None)``, used by the NumPy block evaluator;
+* ``py``: a per-element Python expression template (``{0}``, ``{1}`` are the
+  operands), inlined into numba kernels; ``None`` means "call the NumPy
+  implementation on scalars";
+* ``cuda``: a per-element CUDA C expression template (``{T}`` is the compute type);
+* ``result``: how the output dtype follows from the operands' dtypes;
+* ``derivative``: ``d(g, out, *args) -> tuple`` of gradient expressions, one per
+  operand (``None`` where there is no gradient), written with the same ops, so
+  backward passes fuse exactly like forward ones.
+
+User ops go through ``register_op``, which validates the name and the CUDA
+snippet before either can reach generated source.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    arity: int
+    numpy: Callable
+    cuda: str
+    py: str | None = None
+    result: str = "promote"  # promote | float | bool | where
+    derivative: Callable | None = None
+    builtin: bool = True
+
+    def result_dtype(self, operands: list) -> np.dtype:
+        """``operands``: dtypes, or Python values for weak scalars."""
+        if self.result == "bool":
+            return dtypes.bool_
+        if self.result == "where":
+            return dtypes.result_type(*operands[1:])
+        promoted = dtypes.result_type(*operands)
+        return dtypes.float_result(promoted) if self.result == "float" else promoted
+
+    def compute_dtype(self, operands: list) -> np.dtype:
+        """The dtype the operands are converted to before the op runs per element."""
+        if self.result == "bool":
+            return dtypes.result_type(*operands)
+        if self.result == "where":
+            return self.result_dtype(operands)
+        return self.result_dtype(operands)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _define(name, arity, numpy_fn, cuda, py=None, result="promote", derivative=None):
+    OPS[name] = OpDef(name, arity, numpy_fn, cuda, py, result, derivative)
+
+
+def _where(c, a, b, out=None):
+    if out is None:
+        return np.where(c, a, b)
+    np.copyto(out, b, casting="unsafe")
+    np.copyto(out, a, casting="unsafe", where=np.broadcast_to(c, out.shape))
+    return out
+
+
+def _relu(x, out=None):
+    return np.maximum(x, 0, out=out)
+
+
+def _sigmoid(x, out=None):
+    # exp(-|x|) never overflows; choose the algebraically equal form by sign.
+    e = np.exp(-np.abs(x))
+    num = np.where(np.asarray(x) >= 0, 1, e)
+    return np.divide(num, 1 + e, out=out, casting="unsafe")
+
+
+def _clip(x, lo, hi, out=None):
+    return np.minimum(np.maximum(x, lo), hi, out=out)
+
+
+# ---- derivatives: each next to the op it belongs to (see module docstring) ----
+# They import expression helpers lazily to keep ops.py free of expr.py at import.
+
+def _e():
+    from . import expr
+    return expr
+
+
+def _d_add(g, out, a, b):
+    return g, g
+
+
+def _d_sub(g, out, a, b):
+    return g, -g
+
+
+def _d_mul(g, out, a, b):
+    return g * b, g * a
+
+
+def _d_div(g, out, a, b):
+    return g / b, -g * out / b
+
+
+def _d_pow(g, out, a, b):
+    e = _e()
+    ga = g * b * a ** (b - 1)
+    gb = g * out * e.log(e.where(a > 0, a, 1))
+    return ga, gb
+
+
+def _d_neg(g, out, a):
+    return (-g,)
+
+
+def _d_abs(g, out, a):
+    return (g * _e().sign(a),)
+
+
+def _d_exp(g, out, a):
+    return (g * out,)
+
+
+def _d_log(g, out, a):
+    return (g / a,)
+
+
+def _d_sqrt(g, out, a):
+    return (g * 0.5 / out,)
+
+
+def _d_tanh(g, out, a):
+    return (g * (1 - out * out),)
+
+
+def _d_sigmoid(g, out, a):
+    return (g * out * (1 - out),)
+
+
+def _d_relu(g, out, a):
+    return (_e().where(a > 0, g, 0),)
+
+
+def _d_maximum(g, out, a, b):
+    e = _e()
+    tie = e.where(a == b, g * 0.5, 0)
+    return e.where(a > b, g, tie), e.where(b > a, g, tie)
+
+
+def _d_minimum(g, out, a, b):
+    e = _e()
+    tie = e.where(a == b, g * 0.5, 0)
+    return e.where(a < b, g, tie), e.where(b < a, g, tie)
+
+
+def _d_where(g, out, c, a, b):
+    e = _e()
+    return None, e.where(c, g, 0), e.where(c, 0, g)
+
+
+def _d_clip(g, out, x, lo, hi):
+    e = _e()
+    return e.where(x < lo, 0, e.where(x > hi, 0, g)), None, None
+
+
+def _no_grad(g, out, *args):
+    return tuple(None for _ in args)
+
+
+_NAN_MAX = "(({0} > {1} || {0} != {0}) ? {0} : {1})"
+_NAN_MIN = "(({0} < {1} || {0} != {0}) ? {0} : {1})"
+
+_define("add", 2, np.add, "({0} + {1})", "({0} + {1})", derivative=_d_add)
+_define("sub", 2, np.subtract, "({0} - {1})", "({0} - {1})", derivative=_d_sub)
+_define("mul", 2, np.multiply, "({0} * {1})", "({0} * {1})", derivative=_d_mul)
+_define("div", 2, np.true_divide, "({0} / {1})", "({0} / {1})", result="float",
+        derivative=_d_div)
+_define("pow", 2, np.power, "pow({0}, {1})", "({0} ** {1})", derivative=_d_pow)
+_define("maximum", 2, np.maximum, _NAN_MAX,
+        "({0} if ({0} > {1} or {0} != {0}) else {1})", derivative=_d_maximum)
+_define("minimum", 2, np.minimum, _NAN_MIN,
+        "({0} if ({0} < {1} or {0} != {0}) else {1})", derivative=_d_minimum)
+_define("neg", 1, np.negative, "(-{0})", "(-{0})", derivative=_d_neg)
+_define("abs", 1, np.abs, "({0} < ({T})0 ? -{0} : {0})", "abs({0})", derivative=_d_abs)
+_define("sign", 1, np.sign, "(({T})({0} > ({T})0) - ({T})({0} < ({T})0))",
+        "(({0} > 0) - ({0} < 0))", derivative=_no_grad)
+_define("exp", 1, np.exp, "exp({0})", "math.exp({0})", result="float", derivative=_d_exp)
+_define("log", 1, np.log, "log({0})", "_log({0})", result="float", derivative=_d_log)
+_define("sqrt", 1, np.sqrt, "sqrt({0})", "_sqrt({0})", result="float", derivative=_d_sqrt)
+_define("tanh", 1, np.tanh, "tanh({0})", "math.tanh({0})", result="float",
+        derivative=_d_tanh)
+_define("sigmoid", 1, _sigmoid,
+        "({0} >= ({T})0 ? ({T})1 / (({T})1 + exp(-{0})) : exp({0}) / (({T})1 + exp({0})))",
+        "(1.0 / (1.0 + math.exp(-{0})) if {0} >= 0 else math.exp({0}) / (1.0 + math.exp({0})))",
+        result="float", derivative=_d_sigmoid)
+_define("relu", 1, _relu, "({0} > ({T})0 ? {0} : ({T})0)", "({0} if {0} > 0 else 0)",
+        derivative=_d_relu)
+for _name, _ufunc, _sym in [("eq", np.equal, "=="), ("ne", np.not_equal, "!="),
+                            ("lt", np.less, "<"), ("le", np.less_equal, "<="),
+                            ("gt", np.greater, ">"), ("ge", np.greater_equal, ">=")]:
+    _define(_name, 2, _ufunc, f"({{0}} {_sym} {{1}})", f"({{0}} {_sym} {{1}})",
+            result="bool", derivative=_no_grad)
+_define("logical_and", 2, np.logical_and, "({0} && {1})", "({0} and {1})", result="bool",
+        derivative=_no_grad)
+_define("logical_or", 2, np.logical_or, "({0} || {1})", "({0} or {1})", result="bool",
+        derivative=_no_grad)
+_define("logical_not", 1, np.logical_not, "(!{0})", "(not {0})", result="bool",
+        derivative=_no_grad)
+_define("where", 3, _where, "({0} ? {1} : {2})", "({1} if {0} else {2})", result="where",
+        derivative=_d_where)
+_define("clip", 3, _clip, "(" + _NAN_MIN.format(_NAN_MAX.format("{0}", "{1}"), "{2}") + ")",
+        "min(max({0}, {1}), {2})", derivative=_d_clip)
+
+
+# ---- user-defined ops ---------------------------------------------------------
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_CUDA_TOKEN_RE = re.compile(
+    r"\s+|\{[0-2T]\}|\d+\.?\d*(?:[eE][+-]?\d+)?f?|\.\d+(?:[eE][+-]?\d+)?f?"
+    r"|[A-Za-z_][A-Za-z0-9_]*|==|!=|<=|>=|&&|\|\||[-+*/%<>!?:(),]"
+)
+CUDA_FUNCTIONS = frozenset(
+    "exp expf log logf log1p log1pf expm1 expm1f sqrt sqrtf rsqrt rsqrtf tanh tanhf sin sinf "
+    "cos cosf tan tanf fabs fabsf fmax fmaxf fmin fminf pow powf erf erff erfc erfcf floor "
+    "floorf ceil ceilf round roundf abs min max isnan isinf copysign copysignf".split()
+)
+
+
+def validate_cuda_expr(snippet: str, arity: int) -> str:
+    """Accept only operands, numbers, operators and whitelisted math functions.
+
+    Anything else -- statements, braces, preprocessor lines, comments, strings,
+    unknown identifiers, or operands beyond the arity -- is refused, so nothing
+    a user passes can change the shape of the generated kernel.
+    """
+    pos = 0
+    depth = 0
+    for m in _CUDA_TOKEN_RE.finditer(snippet):
+        if m.start() != pos:
+            break
+        tok = m.group()
+        pos = m.end()
+        if tok[0].isalpha() or tok[0] == "_":
+            if tok not in CUDA_FUNCTIONS:
+                raise ValueError(f"cuda expression: identifier {tok!r} is not allowed; "
+                                 f"use {{0}}..{{{arity - 1}}} for operands and one of "
+                                 f"{sorted(CUDA_FUNCTIONS)}")
+        elif tok.startswith("{") and tok != "{T}" and int(tok[1]) >= arity:
+            raise ValueError(f"cuda expression: operand {tok} but the op takes {arity}")
+        depth += tok == "("
+        depth -= tok == ")"
+        if depth < 0:
+            raise ValueError(f"cuda expression: unbalanced ')' in {snippet!r}")
+    if pos != len(snippet):
+        raise ValueError(f"cuda expression: unexpected text at position {pos} in {snippet!r}: "
+                         f"{snippet[pos:pos + 10]!r}")
+    if depth:
+        raise ValueError(f"cuda expression: unbalanced '(' in {snippet!r}")
+    return snippet
+
+
+def register_op(name: str, numpy_fn: Callable, cuda: str, *, arity: int = 1,
+                derivative: Callable | None = None, result: str = "promote",
+                py: str | None = None) -> OpDef:
+    """Register a user-defined elementwise op, usable like a built-in and fused with them.
+
+    Args:
+        name: lower-case identifier, not already registered.
+        numpy_fn: ``f(*arrays, out=None)`` computing the op elementwise with NumPy.
+            For the compiled CPU evaluator it must also work on scalars in numba's
+            nopython mode (plain arithmetic and ``np.`` ufuncs do).
+        cuda: one CUDA C expression over ``{0}``, ``{1}``, ... (``{T}`` is the type).
+        arity: number of operands (1 to 3).
+        derivative: ``d(g, out, *args)`` returning one gradient expression per
+            operand (or None), for the Node level.
+        result: ``promote``, ``float`` or ``bool``.
+        py: optional per-element Python expression template (as the built-ins have).
+
+    Returns:
+        The ``OpDef``; call it with ``apply_op(name, *operands)`` or ``mt.op(name)``.
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name) or keyword.iskeyword(name):
+        raise ValueError(f"op name must match {_NAME_RE.pattern}, got {name!r}")
+    if name in OPS:
+        raise ValueError(f"an op named {name!r} is already registered")
+    if arity not in (1, 2, 3):
+        raise ValueError(f"arity must be 1, 2 or 3, got {arity}")
+    if result not in ("promote", "float", "bool"):
+        raise ValueError(f"result must be 'promote', 'float' or 'bool', got {result!r}")
+    if not callable(numpy_fn):
+        raise TypeError(f"numpy_fn must be callable, got {type(numpy_fn).__name__}")
+    validate_cuda_expr(cuda, arity)
+    if py is not None:
+        raise ValueError("py templates are for built-in ops; user ops are compiled from numpy_fn")
+    op = OpDef(name, arity, numpy_fn, cuda, None, result, derivative, builtin=False)
+    OPS[name] = op
+    return op
+
+
+def unregister_op(name: str) -> None:
+    """Remove a user-defined op (built-ins cannot be removed)."""
+    op = OPS.get(name)
+    if op is None or op.builtin:
+        raise ValueError(f"{name!r} is not a registered user op")
+    del OPS[name]

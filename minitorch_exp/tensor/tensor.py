@@ -1,0 +1,297 @@
+"""Tensor = Storage + Layout. Views make a new Layout over the same Storage."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from . import dtypes
+from . import layout as L
+from .device import CPU, Device, as_device
+from .expr import RVALUE, Exp, as_exp
+from .storage import Storage
+
+
+class Tensor(Exp):
+    """A strided view of a Storage; the leaf (``RVALUE``) of every expression.
+
+    ``shape``, ``strides`` (in elements, may be negative or zero) and ``offset``
+    locate element ``(i0, ..., ik)`` at ``offset + sum(i_d * strides[d])`` of
+    ``storage.data``. Arithmetic on tensors builds lazy expressions; assignment
+    into a tensor (``t[...] = e``, ``t += e``) evaluates them, fused.
+    """
+
+    __slots__ = ("storage", "layout", "_array")
+    kind = RVALUE
+
+    def __init__(self, storage: Storage, layout: L.Layout):
+        self._init_layout(storage, layout, storage.dtype, storage.device)
+
+    def _init_layout(self, storage, layout, dtype, device):
+        self.storage = storage
+        self.layout = layout
+        self.shape = layout.shape
+        self.dtype = dtype
+        self.device = device
+        self._array = None
+
+    @classmethod
+    def meta(cls, shape, dtype) -> Tensor:
+        """A data-less contiguous tensor, used only to compute the shape of a view."""
+        t = cls.__new__(cls)
+        t._init_layout(None, L.contiguous(tuple(shape)), dtype, CPU)
+        return t
+
+    def _with_layout(self, layout: L.Layout) -> Tensor:
+        t = Tensor.__new__(Tensor)
+        t._init_layout(self.storage, layout, self.dtype, self.device)
+        return t
+
+    # ---- layout facts --------------------------------------------------------
+    @property
+    def strides(self) -> L.Strides:
+        return self.layout.strides
+
+    @property
+    def offset(self) -> int:
+        return self.layout.offset
+
+    def is_contiguous(self) -> bool:
+        return L.is_contiguous(self.shape, self.layout.strides)
+
+    def data_ptr_range(self) -> tuple[int, int]:
+        return L.extent(self.layout)
+
+    # ---- the NumPy (or CuPy) view of this tensor ------------------------------
+    def numpy(self) -> np.ndarray:
+        """The elements as a NumPy array sharing memory (copied to host for cuda)."""
+        if self.device.type != "cpu":
+            return self.device.xp.asnumpy(self.array)
+        return self.array
+
+    @property
+    def array(self):
+        """This tensor as an ndarray of its device's array module; no copy."""
+        arr = self._array
+        if arr is None:
+            arr = self._array = array_view(self.storage, self.layout)
+        return arr
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        if dtype is not None and arr.dtype != dtype:
+            return arr.astype(dtype)
+        return arr.copy() if copy else arr
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def to(self, device) -> Tensor:
+        device = as_device(device)
+        if device == self.device:
+            return self
+        data = device.xp.asarray(self.numpy()) if device.type != "cpu" else self.numpy()
+        return from_array(np.ascontiguousarray(data) if device.type == "cpu" else data, device)
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    def eval(self) -> Tensor:
+        return self
+
+    def clone(self) -> Tensor:
+        from .engine import evaluate_copy
+        return evaluate_copy(self)
+
+    def contiguous(self) -> Tensor:
+        return self if self.is_contiguous() else self.clone()
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        return f"tensor({body}, shape={self.shape}, dtype={self.dtype.name}, device='{self.device}')"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    # ---- views (never copy) --------------------------------------------------
+    def transpose(self, i: int = 0, j: int = 1) -> Tensor:
+        return self._with_layout(L.transpose_layout(self.layout, i, j))
+
+    def permute(self, *dims) -> Tensor:
+        return self._with_layout(L.permute_layout(self.layout, L.normalize_shape(dims)))
+
+    @property
+    def T(self) -> Tensor:
+        return self._with_layout(L.permute_layout(self.layout, tuple(reversed(range(self.ndim)))))
+
+    def broadcast_to(self, *shape) -> Tensor:
+        shape = L.normalize_shape(shape)
+        if shape == self.shape:
+            return self
+        return self._with_layout(L.broadcast_layout(self.layout, shape))
+
+    def expand(self, *shape) -> Tensor:
+        return self._with_layout(L.expand_layout(self.layout, L.normalize_shape(shape)))
+
+    def squeeze(self, axis=None) -> Tensor:
+        return self._with_layout(L.squeeze_layout(self.layout, axis))
+
+    def unsqueeze(self, axis: int) -> Tensor:
+        return self._with_layout(L.unsqueeze_layout(self.layout, axis))
+
+    def _try_view_reshape(self, shape) -> Tensor | None:
+        strides = L.reshape_strides(self.shape, self.layout.strides, shape)
+        if strides is None:
+            return None
+        return self._with_layout(L.Layout(shape, strides, self.layout.offset))
+
+    def view(self, *shape) -> Tensor:
+        """Reshape without copying; an error if the strides do not allow it."""
+        shape = L.infer_shape(L.normalize_shape(shape), self.numel())
+        out = self._try_view_reshape(shape)
+        if out is None:
+            raise ValueError(
+                f"view: a tensor of shape {self.shape} with strides {self.strides} cannot be "
+                f"viewed as {shape} without copying; use .reshape() (copies when needed)")
+        return out
+
+    def reshape(self, *shape) -> Tensor:
+        """A view when the strides allow it, else a contiguous copy."""
+        shape = L.infer_shape(L.normalize_shape(shape), self.numel())
+        out = self._try_view_reshape(shape)
+        return out if out is not None else self.clone().view(shape)
+
+    # ---- indexing ------------------------------------------------------------
+    def __getitem__(self, key):
+        if _is_basic_index(key):
+            return self._with_layout(L.index_layout(self.layout, key))
+        return _advanced_index(self, key)
+
+    def __setitem__(self, key, value):
+        from .engine import assign
+        dst = self if key is Ellipsis else self[key]
+        if not isinstance(dst, Tensor) or dst.storage is not self.storage:
+            raise IndexError("cannot assign through integer-array or boolean-mask indexing "
+                             "(it selects a copy); use where() or basic slices")
+        if isinstance(value, Tensor) and value.storage is dst.storage and \
+                value.layout == dst.layout:
+            return  # ``t[i] += e`` writes through the view, then re-assigns the same view
+        assign(dst, as_exp(value) if not isinstance(value, (list, tuple)) else tensor(value))
+
+    # ---- savers: in-place operators write straight into this tensor ----------
+    def __iadd__(self, other):
+        from .engine import assign
+        assign(self, as_exp(other), "+=")
+        return self
+
+    def __isub__(self, other):
+        from .engine import assign
+        assign(self, as_exp(other), "-=")
+        return self
+
+    def __imul__(self, other):
+        from .engine import assign
+        assign(self, as_exp(other), "*=")
+        return self
+
+    def __itruediv__(self, other):
+        from .engine import assign
+        assign(self, as_exp(other), "/=")
+        return self
+
+
+def _is_basic_index(key) -> bool:
+    items = key if isinstance(key, tuple) else (key,)
+    for k in items:
+        if k is None or k is Ellipsis or isinstance(k, slice):
+            continue
+        if isinstance(k, (bool, np.bool_)):
+            return False
+        try:
+            operator.index(k)
+        except TypeError:
+            return False
+    return True
+
+
+def _advanced_index(t: Tensor, key) -> Tensor:
+    """Integer-array and boolean-mask indexing: a copy, exactly as NumPy does it."""
+    items = key if isinstance(key, tuple) else (key,)
+    converted = tuple(np.asarray(k.numpy() if isinstance(k, Exp) else k)
+                      if not (k is None or k is Ellipsis or isinstance(k, slice)) else k
+                      for k in items)
+    try:
+        result = t.device.xp.asarray(t.array[converted if isinstance(key, tuple) else converted[0]])
+    except IndexError as err:
+        raise IndexError(f"index into a tensor of shape {t.shape}: {err}") from None
+    return from_array(result.copy(), t.device)
+
+
+# ---- making tensors ------------------------------------------------------------
+
+def array_view(storage: Storage, layout: L.Layout):
+    """An ndarray (NumPy or CuPy) showing ``layout`` over ``storage`` without copying."""
+    data = storage.data
+    item = data.dtype.itemsize
+    strides = tuple(s * item for s in layout.strides)
+    if storage.device.type == "cpu":
+        lo, _ = L.extent(layout)
+        base = data[lo:] if lo >= 0 and layout.numel else data
+        start = (layout.offset - lo) if layout.numel else 0
+        return np.ndarray(layout.shape, data.dtype, buffer=base, offset=start * item,
+                          strides=strides)
+    xp = storage.device.xp
+    ptr = data.data + layout.offset * item
+    return xp.ndarray(layout.shape, data.dtype, memptr=ptr, strides=strides)
+
+
+def from_array(arr, device: Device = CPU) -> Tensor:
+    """Wrap an ndarray (NumPy, or CuPy on cuda) as a Tensor, sharing its memory.
+
+    The Storage is a flat view of exactly the bytes the array can reach, so any
+    strides (negative, zero, gapped) are kept as they are.
+    """
+    if arr.dtype not in dtypes.SUPPORTED:
+        arr = arr.astype(dtypes.default_dtype_for(arr))
+    item = arr.dtype.itemsize
+    if arr.size == 0 or any(s % item for s in arr.strides):
+        arr = device.xp.ascontiguousarray(arr)
+    if arr.flags.c_contiguous:
+        return Tensor(Storage(arr.reshape(-1), device), L.contiguous(arr.shape))
+    lay = L.Layout(tuple(arr.shape), tuple(s // item for s in arr.strides), 0)
+    lo, hi = L.extent(lay)
+    lowest = arr[tuple(slice(n - 1, n) if s < 0 else slice(0, 1)
+                       for n, s in zip(lay.shape, lay.strides))]
+    flat = device.xp.lib.stride_tricks.as_strided(lowest, shape=(hi - lo + 1,), strides=(item,))
+    return Tensor(Storage(flat, device), L.Layout(lay.shape, lay.strides, -lo))
+
+
+def from_numpy(arr: np.ndarray) -> Tensor:
+    """Share the array's memory when its layout allows (zero-copy), else copy."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
+    return from_array(arr, CPU)
+
+
+def tensor(data, dtype=None, device="cpu") -> Tensor:
+    """A new tensor holding a copy of ``data`` (nested lists, scalars or arrays)."""
+    device = as_device(device)
+    if isinstance(data, Exp):
+        data = data.numpy()
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.default_dtype_for(data)
+    arr = np.array(data, dtype=dtype, copy=True, order="C")
+    if device.type != "cpu":
+        arr = device.xp.asarray(arr)
+    return from_array(arr, device)
