@@ -46,10 +46,23 @@ def evaluate(e: Exp):
     """Materialize ``e`` into a new contiguous tensor."""
     if e.kind == RVALUE:
         return e
+    if type(e) is Scalar:
+        raise TypeError("a bare scalar has no shape to evaluate into; use tensor(value)")
+    if e.realized is not None:
+        return e.realized
     from .creation import empty
     dst = empty(e.shape, dtype=e.dtype, device=e.device)
     assign(dst, e)
     return dst
+
+
+def realize(e: Exp):
+    """Evaluate ``e`` once: the tensor is remembered on the node (``e.realized``)."""
+    if e.kind == RVALUE:
+        return e
+    if e.realized is None:
+        e.realized = evaluate(e)
+    return e.realized
 
 
 def evaluate_copy(t):
@@ -71,6 +84,8 @@ def resolve_boundaries(e: Exp, root: bool = True) -> Exp:
     t = type(e)
     if e.kind == RVALUE or t is Scalar:
         return e
+    if e.realized is not None:
+        return e.realized
     if t is Map:
         args = tuple(resolve_boundaries(a, False) for a in e.args)
         return e if all(x is y for x, y in zip(args, e.args)) else Map(e.op, args)
@@ -78,11 +93,11 @@ def resolve_boundaries(e: Exp, root: bool = True) -> Exp:
         x = resolve_boundaries(e.x, False)
         return e if x is e.x else Cast(x, e.dtype)
     if t is ViewExp:
-        return e.fn(evaluate(resolve_boundaries(e.base)))
+        return e.fn(realize(e.base))
     if not root:
-        return evaluate(e)
+        return realize(e)
     if t is Dot:
-        return Dot(evaluate(e.a), evaluate(e.b))
+        return Dot(realize(e.a), realize(e.b))
     if t is Reduce:
         x = resolve_boundaries(e.x, False)
         return e if x is e.x else _rebuild_reduce(e, x)

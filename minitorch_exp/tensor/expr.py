@@ -327,13 +327,18 @@ class Scalar(Exp):
 
 
 class Map(Exp):
-    """An elementwise op over 1-3 operands, broadcast to a common shape."""
+    """An elementwise op over 1-3 operands, broadcast to a common shape.
 
-    __slots__ = ("op", "args")
+    ``realized`` (here and on Cast and complex nodes) remembers the tensor this
+    node was evaluated to, so a value shared by several trees is computed once.
+    """
+
+    __slots__ = ("op", "args", "realized")
 
     def __init__(self, op: OpDef, args: tuple[Exp, ...]):
         self.op = op
         self.args = args
+        self.realized = None
         self.shape = _check_shapes(op.name, args)
         self.device = _check_devices(op.name, args)
         self.dtype = op.result_dtype([a.value if type(a) is Scalar else a.dtype for a in args])
@@ -366,10 +371,11 @@ class Map(Exp):
 class Cast(Exp):
     """``astype``: convert each element; fuses like a map."""
 
-    __slots__ = ("x",)
+    __slots__ = ("x", "realized")
 
     def __init__(self, x: Exp, dtype):
         self.x = x
+        self.realized = None
         self.shape = x.shape
         self.dtype = dtypes.as_dtype(dtype)
         self.device = x.device
@@ -391,8 +397,9 @@ class Cast(Exp):
 class Complex(Exp):
     """A fusion boundary: its value is computed by its own kernel (BLAS, a reduction)."""
 
-    __slots__ = ()
+    __slots__ = ("realized",)
     kind = COMPLEX
+    realized: Exp | None
 
     def _view(self, fn, what):
         return ViewExp(self, fn, what, None)
@@ -409,6 +416,7 @@ class ViewExp(Complex):
 
     def __init__(self, base: Exp, fn, what: str, reason: str | None):
         self.base, self.fn, self.what = base, fn, what
+        self.realized = None
         self.reason = reason or f"{what} of a {describe(base)} result, which is computed first"
         from .tensor import Tensor
         self.shape = fn(Tensor.meta(base.shape, base.dtype)).shape
@@ -425,6 +433,7 @@ class Dot(Complex):
 
     def __init__(self, a: Exp, b: Exp):
         self.a, self.b = a, b
+        self.realized = None
         self.device = _check_devices("matmul", (a, b))
         self.shape = _matmul_shape(a, b)
         self.dtype = dtypes.result_type(a.dtype, b.dtype)
@@ -440,6 +449,7 @@ class Reduce(Complex):
 
     def __init__(self, op: str, x: Exp, axis=None, keepdims: bool = False, out_shape=None):
         self.op, self.x = op, x
+        self.realized = None
         if op == "argmax" and axis is not None and not isinstance(axis, int):
             raise ValueError(f"argmax takes one axis or None, got {axis!r}")
         self.axes = normalize_axes(axis, x.ndim)

@@ -1,0 +1,108 @@
+"""Function: one differentiable operation -- its forward and its backward, side by side.
+
+``forward(ctx, *values, **attrs)`` computes on Tensor-level values (tensors or
+lazy expressions) and may stash what backward needs with
+``ctx.save_for_backward``. ``backward(ctx, grad)`` returns one gradient per
+input (``None`` where there is none). Non-tensor arguments (axes, shapes) are
+keyword attributes, never fake tensors.
+
+Elementwise forwards return lazy expressions and their backwards build
+expressions too, so chains of them realize as single fused passes.
+"""
+
+from __future__ import annotations
+
+from ..tensor.expr import RVALUE, Exp
+from .grad_mode import fusion_enabled, is_grad_enabled
+
+
+class Context:
+    """What one call of a Function remembers for its backward."""
+
+    __slots__ = ("fn", "inputs", "needs_input_grad", "_saved", "_versions", "freed", "attrs",
+                 "where")
+
+    def __init__(self, fn, needs_input_grad):
+        self.fn = fn
+        self.needs_input_grad = needs_input_grad
+        self.inputs: tuple = ()
+        self._saved: tuple = ()
+        self._versions: tuple = ()
+        self.freed = False
+        self.attrs: dict = {}
+        self.where = None
+
+    def save_for_backward(self, *values) -> None:
+        """Keep ``values`` for backward and remember the version of every buffer they read."""
+        self._saved = values
+        self._versions = tuple((s, s.version) for s in _storages(values))
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self.freed:
+            raise RuntimeError(
+                f"{self.fn.__name__}: its saved values were freed by an earlier backward(); "
+                "call backward(retain_graph=True) the first time to backward twice")
+        for storage, version in self._versions:
+            if storage.version != version:
+                raise RuntimeError(
+                    f"{self.fn.__name__}: a tensor saved for backward was modified in place "
+                    f"after it was saved (version {version} -> {storage.version}); the "
+                    "gradient would be wrong. Clone it before modifying, or modify a copy.")
+        return self._saved
+
+    def free(self) -> None:
+        self._saved = ()
+        self._versions = ()
+        self.freed = True
+
+
+def _storages(values):
+    """Every Storage a value reads, walking lazy expression trees down to their tensors."""
+    seen: dict[int, object] = {}
+    stack = [v for v in values if isinstance(v, Exp)]
+    visited: set[int] = set()
+    while stack:
+        e = stack.pop()
+        if id(e) in visited:
+            continue
+        visited.add(id(e))
+        if e.kind == RVALUE:
+            seen[id(e.storage)] = e.storage
+        else:
+            realized = getattr(e, "realized", None)
+            stack.extend([realized] if realized is not None else e.children())
+    return list(seen.values())
+
+
+class Function:
+    """Base class of differentiable operations; subclass and call ``MyFn.apply(...)``."""
+
+    @staticmethod
+    def forward(ctx: Context, *args, **attrs):
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx: Context, grad):
+        raise NotImplementedError
+
+    #: Elementwise functions return lazy expressions that may fuse with their consumers.
+    lazy = False
+
+    @classmethod
+    def apply(cls, *args, **attrs):
+        from .node import Node, lazy_value
+        needs = tuple(isinstance(a, Node) and a.requires_grad for a in args)
+        record = any(needs) and is_grad_enabled()
+        ctx = Context(cls, needs)
+        ctx.attrs = attrs
+        values = tuple(a._value if isinstance(a, Node) else a for a in args)
+        out = cls.forward(ctx, *values, **attrs)
+        if isinstance(out, Node):
+            out = out._value
+        node = lazy_value(out, cls.lazy and fusion_enabled(), args)
+        if record:
+            ctx.inputs = args
+            node.requires_grad = True
+            node.grad_fn = ctx
+        return node

@@ -1,0 +1,286 @@
+"""Node: a value in the dynamic graph -- data, ``grad``, and the Function call that made it.
+
+A Node's value is a Tensor, or a lazy expression not yet computed. Lazy values
+come from elementwise ops; they are *realized* (evaluated, once, and
+remembered) when something needs the numbers: a dot or reduction, ``.numpy()``,
+printing, backward reaching a leaf. Laziness is invisible except in speed: a
+lazy value registers with the buffers it reads, and a write into one of them
+realizes it first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..tensor import creation, dtypes
+from ..tensor.device import as_device
+from ..tensor.engine import realize
+from ..tensor.expr import RVALUE, Exp, Map
+from ..tensor.tensor import Tensor, from_array
+from ..tensor.tensor import tensor as make_tensor
+from .function import _storages
+from .grad_mode import is_grad_enabled
+
+#: Longest chain of elementwise ops kept lazy before its inputs are realized
+#: (bounds kernel size and recursion depth; see tests/node/test_fusion.py).
+MAX_FUSED_OPS = 32
+
+
+class Node:
+    """A differentiable tensor, PyTorch-shaped: ``shape``, ``grad``, ``backward()``..."""
+
+    __slots__ = ("_value", "grad", "requires_grad", "grad_fn", "_lazy_ops", "__weakref__")
+    __array_priority__ = 200
+    __hash__ = object.__hash__
+
+    def __init__(self, value, requires_grad: bool = False):
+        if not isinstance(value, Exp):
+            raise TypeError(f"Node wraps a Tensor or an expression, got {type(value).__name__}")
+        self._value = value
+        self.grad: Node | None = None
+        self.requires_grad = requires_grad
+        self.grad_fn = None
+        self._lazy_ops = 0
+        if requires_grad and value.dtype.kind != "f":
+            raise TypeError(f"only float tensors can require gradients, got {value.dtype.name}")
+
+    # ---- the value ----------------------------------------------------------
+    @property
+    def value(self) -> Tensor:
+        """The realized Tensor (evaluating a lazy expression once)."""
+        v = self._value
+        if v.kind != RVALUE:
+            v = self._value = realize(v)
+            self._lazy_ops = 0
+        return v
+
+    def realize(self) -> Node:
+        self.value
+        return self
+
+    @property
+    def is_lazy(self) -> bool:
+        return self._value.kind != RVALUE and getattr(self._value, "realized", None) is None
+
+    @property
+    def data(self) -> Tensor:
+        """The underlying Tensor, outside the graph (writes to it are not recorded)."""
+        return self.value
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._value.shape
+
+    @property
+    def dtype(self):
+        return self._value.dtype
+
+    @property
+    def device(self):
+        return self._value.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self._value.shape)
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self) -> int:
+        return self._value.numel()
+
+    def dim(self) -> int:
+        return self.ndim
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def numpy(self) -> np.ndarray:
+        return self.value.numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        return self.value.__array__(dtype, copy)
+
+    def item(self):
+        return self.value.item()
+
+    def tolist(self):
+        return self.value.tolist()
+
+    def detach(self) -> Node:
+        """The same value (shared, not copied) outside the graph."""
+        return Node(self._value)
+
+    def clone(self) -> Node:
+        from . import ops
+        return ops.clone(self)
+
+    def to(self, device) -> Node:
+        from . import ops
+        device = as_device(device)
+        return self if device == self.device else ops.to_device(self, device=device)
+
+    def cpu(self) -> Node:
+        return self.to("cpu")
+
+    def requires_grad_(self, flag: bool = True) -> Node:
+        if not self.is_leaf:
+            raise RuntimeError("requires_grad_ can only change leaf nodes")
+        self.requires_grad = flag
+        return self
+
+    def zero_(self) -> Node:
+        return self._inplace("=", 0)
+
+    def backward(self, grad=None, retain_graph: bool = False) -> None:
+        from .backward import backward
+        backward(self, grad, retain_graph)
+
+    def explain(self) -> str:
+        from ..tensor.explain import explain_node
+        return explain_node(self)
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        extra = ""
+        if self.grad_fn is not None:
+            extra = f", grad_fn=<{self.grad_fn.fn.__name__}>"
+        elif self.requires_grad:
+            extra = ", requires_grad=True"
+        dev = "" if self.device.type == "cpu" else f", device='{self.device}'"
+        dt = "" if self.dtype == dtypes.float32 else f", dtype={self.dtype.name}"
+        return f"tensor({body}{dt}{dev}{extra})"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
+        return bool(self.item())
+
+    # ---- in-place ops: only outside the graph --------------------------------
+    def _inplace(self, saver: str, other) -> Node:
+        if self.requires_grad and is_grad_enabled():
+            raise RuntimeError(
+                "in-place operation on a tensor that requires grad; wrap it in "
+                "`with mt.no_grad():` (e.g. a parameter update) or use an out-of-place op")
+        other = other._value if isinstance(other, Node) else other
+        from ..tensor.engine import assign
+        from ..tensor.expr import as_exp
+        assign(self.value, as_exp(other), saver)
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace("+=", other)
+
+    def __isub__(self, other):
+        return self._inplace("-=", other)
+
+    def __imul__(self, other):
+        return self._inplace("*=", other)
+
+    def __itruediv__(self, other):
+        return self._inplace("/=", other)
+
+    def __setitem__(self, key, value):
+        if self.requires_grad and is_grad_enabled():
+            raise RuntimeError("item assignment into a tensor that requires grad is not "
+                               "recorded; do it under `with mt.no_grad():`")
+        self.value[key] = value._value if isinstance(value, Node) else value
+
+
+def lazy_value(value: Exp, lazy: bool, parents) -> Node:
+    """Wrap a Function's result: keep an elementwise expression lazy, or realize it now."""
+    if value.kind == RVALUE:
+        return Node(value)
+    if not lazy:
+        return Node(realize(value))
+    ops = 1 + sum(p._lazy_ops for p in parents if isinstance(p, Node) and p.is_lazy)
+    if ops > MAX_FUSED_OPS:
+        for p in parents:
+            if isinstance(p, Node):
+                p.realize()
+        ops = 1
+    node = Node(value)
+    node._lazy_ops = ops
+    for storage in _storages([value]):
+        storage.add_reader(node)
+    return node
+
+
+def count_ops(e: Exp, limit: int) -> int:
+    """Elementwise ops in a lazy tree, counting up to ``limit`` (cheap for big trees)."""
+    n = 0
+    stack = [e]
+    while stack and n < limit:
+        x = stack.pop()
+        if isinstance(x, Map) and x.realized is None:
+            n += 1
+            stack.extend(x.args)
+        elif x.kind != RVALUE and getattr(x, "realized", None) is None:
+            stack.extend(x.children())
+    return n
+
+
+# ---- factories: Node versions of the Tensor-level ones --------------------------
+
+def _wrap(t: Tensor, requires_grad: bool) -> Node:
+    return Node(t, requires_grad=requires_grad)
+
+
+def tensor(data, dtype=None, device="cpu", requires_grad: bool = False) -> Node:
+    """A new Node holding a copy of ``data`` (lists, scalars, arrays, Nodes)."""
+    if isinstance(data, Node):
+        data = data.numpy()
+    return _wrap(make_tensor(data, dtype=dtype, device=device), requires_grad)
+
+
+def from_numpy(arr: np.ndarray, requires_grad: bool = False) -> Node:
+    return _wrap(from_array(arr), requires_grad)
+
+
+def _factory(fn):
+    def make(*shape, dtype=dtypes.float32, device="cpu", requires_grad=False, **kw):
+        return _wrap(fn(*shape, dtype=dtype, device=device, **kw), requires_grad)
+    make.__name__ = fn.__name__
+    make.__doc__ = fn.__doc__
+    return make
+
+
+zeros = _factory(creation.zeros)
+ones = _factory(creation.ones)
+empty = _factory(creation.empty)
+rand = _factory(creation.rand)
+randn = _factory(creation.randn)
+
+
+def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False) -> Node:
+    return _wrap(creation.full(shape, fill_value, dtype=dtype, device=device), requires_grad)
+
+
+def arange(start, stop=None, step=1, dtype=None, device="cpu", requires_grad=False) -> Node:
+    return _wrap(creation.arange(start, stop, step, dtype=dtype, device=device), requires_grad)
+
+
+def _like_factory(fn):
+    def make(node, dtype=None, device=None, requires_grad=False, **kw):
+        return _wrap(fn(node._value if isinstance(node, Node) else node, dtype=dtype,
+                        device=device, **kw), requires_grad)
+    make.__name__ = fn.__name__
+    return make
+
+
+zeros_like = _like_factory(creation.zeros_like)
+ones_like = _like_factory(creation.ones_like)
+empty_like = _like_factory(creation.empty_like)
+rand_like = _like_factory(creation.rand_like)
+randn_like = _like_factory(creation.randn_like)
+
+
+def full_like(node, fill_value, dtype=None, device=None, requires_grad=False) -> Node:
+    return _wrap(creation.full_like(node._value, fill_value, dtype=dtype, device=device),
+                 requires_grad)

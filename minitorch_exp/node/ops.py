@@ -1,0 +1,455 @@
+"""Differentiable operations: each forward next to its backward.
+
+The primitives are few -- elementwise maps (any registered op, with the
+derivative stored beside it in ``tensor/ops.py``), expand, reshape, permute,
+indexing, reductions, matmul, cat -- and the rest (softmax, log_softmax,
+logsumexp, mean-squared error, cross-entropy) are written with them, so they
+fuse and differentiate for free.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..tensor import creation
+from ..tensor.engine import evaluate_copy, realize
+from ..tensor.expr import Dot, Exp, apply_op, as_exp
+from ..tensor.layout import broadcast_shapes, normalize_axes, normalize_shape
+from ..tensor.ops import OPS
+from ..tensor.tensor import Tensor, from_array
+from .function import Function
+from .node import Node
+
+
+def _value(x):
+    return x._value if isinstance(x, Node) else x
+
+
+# ---- elementwise -------------------------------------------------------------------
+
+class Elementwise(Function):
+    """Any registered elementwise op; its backward is the op's derivative expression."""
+
+    lazy = True
+
+    @staticmethod
+    def forward(ctx, *values, op: str):
+        out = apply_op(op, *values)
+        ctx.save_for_backward(*values, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        *args, out = ctx.saved_tensors
+        op = OPS[ctx.attrs["op"]]
+        if op.derivative is None:
+            raise RuntimeError(f"op {op.name!r} has no derivative; pass derivative= to "
+                               "register_op to differentiate through it")
+        return op.derivative(g, out, *(as_exp(a) for a in args))
+
+
+def elementwise(op: str, *args) -> Node:
+    """Apply op ``op``; broadcast operands are expanded explicitly in the graph first."""
+    shapes = [a.shape for a in args if isinstance(a, (Node, Exp))]
+    try:
+        shape = broadcast_shapes(*shapes)
+    except ValueError:
+        apply_op(op, *(_value(a) for a in args))  # raises the descriptive build-time error
+        raise
+    args = tuple(expand(a, shape) if isinstance(a, Node) and a.shape != shape else a
+                 for a in args)
+    return Elementwise.apply(*args, op=op)
+
+
+# ---- views -------------------------------------------------------------------------
+
+class Expand(Function):
+    """Broadcast to a larger shape (stride 0); backward sums over the broadcast axes."""
+
+    lazy = True
+
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.attrs["in_shape"] = x.shape
+        return x.broadcast_to(shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g.sum_to(ctx.attrs["in_shape"]),)
+
+
+def expand(x: Node, *shape) -> Node:
+    shape = normalize_shape(shape)
+    lead = len(shape) - x.ndim
+    shape = tuple(x.shape[i - lead] if n == -1 and i >= lead else n for i, n in enumerate(shape))
+    return x if shape == x.shape else Expand.apply(x, shape=shape)
+
+
+class Reshape(Function):
+    """reshape / view / squeeze / unsqueeze / flatten: backward reshapes back."""
+
+    lazy = True
+
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.attrs["in_shape"] = x.shape
+        return x.reshape(shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g.reshape(ctx.attrs["in_shape"]),)
+
+
+def reshape(x: Node, *shape) -> Node:
+    from ..tensor.layout import infer_shape
+    shape = infer_shape(normalize_shape(shape), x.numel())
+    return x if shape == x.shape else Reshape.apply(x, shape=shape)
+
+
+def view(x: Node, *shape) -> Node:
+    if x.is_lazy is False and isinstance(x._value, Tensor):
+        x._value.view(*shape)  # raises the view error when strides do not allow it
+    return reshape(x, *shape)
+
+
+def squeeze(x: Node, axis=None) -> Node:
+    axes = normalize_axes(axis, x.ndim) if axis is not None else None
+    shape = tuple(n for i, n in enumerate(x.shape)
+                  if not (n == 1 and (axes is None or i in axes)))
+    return reshape(x, shape)
+
+
+def unsqueeze(x: Node, axis: int) -> Node:
+    axis = axis % (x.ndim + 1)
+    return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
+
+
+def flatten(x: Node, start_dim: int = 0, end_dim: int = -1) -> Node:
+    if x.ndim == 0:
+        return reshape(x, 1)
+    s, e = start_dim % x.ndim, end_dim % x.ndim
+    return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
+
+
+class Permute(Function):
+    lazy = True
+
+    @staticmethod
+    def forward(ctx, x, dims):
+        return x.permute(*dims)
+
+    @staticmethod
+    def backward(ctx, g):
+        dims = ctx.attrs["dims"]
+        inverse = tuple(int(i) for i in np.argsort(dims))
+        return (g.permute(*inverse),)
+
+
+def permute(x: Node, *dims) -> Node:
+    dims = tuple(d % x.ndim for d in normalize_shape(dims)) if x.ndim else ()
+    return Permute.apply(x, dims=dims)
+
+
+def transpose(x: Node, i: int = 0, j: int = 1) -> Node:
+    dims = list(range(x.ndim))
+    dims[i], dims[j] = dims[j], dims[i]
+    return permute(x, *dims)
+
+
+class GetItem(Function):
+    """Basic indexing is a view; integer-array indexing a gather. Backward scatters-adds."""
+
+    @staticmethod
+    def forward(ctx, x, key):
+        t = realize(x)
+        ctx.attrs["in"] = (t.shape, t.dtype, t.device)
+        return t[key]
+
+    @staticmethod
+    def backward(ctx, g):
+        shape, dtype, device = ctx.attrs["in"]
+        key = ctx.attrs["key"]
+        grad = creation.zeros(shape, dtype=dtype, device=device)
+        g = realize(g)
+        if _is_basic(key):
+            grad[key] = g
+        else:
+            xp = device.xp
+            xp.add.at(grad.array, key, g.array)
+            grad.storage.version += 1
+        return (grad,)
+
+
+def _is_basic(key) -> bool:
+    from ..tensor.tensor import _is_basic_index
+    return _is_basic_index(key)
+
+
+def getitem(x: Node, key) -> Node:
+    items = key if isinstance(key, tuple) else (key,)
+    converted = tuple(np.asarray(k.numpy()) if isinstance(k, (Node, Exp)) else
+                      np.asarray(k) if isinstance(k, list) else k for k in items)
+    key = converted if isinstance(key, tuple) else converted[0]
+    return GetItem.apply(x, key=key)
+
+
+# ---- reductions ----------------------------------------------------------------
+
+def _grad_to_input(g, ctx):
+    """Broadcast a reduction's gradient back over the axes it removed."""
+    shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
+    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+    return g.reshape(kept).broadcast_to(shape)
+
+
+class Sum(Function):
+    @staticmethod
+    def forward(ctx, x, axes, keepdims):
+        ctx.attrs["in_shape"] = x.shape
+        return x.sum(axes, keepdims)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (_grad_to_input(g, ctx),)
+
+
+class Mean(Function):
+    @staticmethod
+    def forward(ctx, x, axes, keepdims):
+        ctx.attrs["in_shape"] = x.shape
+        return x.mean(axes, keepdims)
+
+    @staticmethod
+    def backward(ctx, g):
+        shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
+        n = math.prod(shape[a] for a in axes)
+        return (_grad_to_input(g, ctx) * (1.0 / max(n, 1)),)
+
+
+class MaxMin(Function):
+    """max / min over axes; the gradient is shared evenly between tied elements."""
+
+    @staticmethod
+    def forward(ctx, x, axes, keepdims, op):
+        ctx.attrs["in_shape"] = x.shape
+        out = realize(x.max(axes, keepdims) if op == "max" else x.min(axes, keepdims))
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, out = ctx.saved_tensors
+        hit = (x == _grad_to_input(out, ctx)).astype(x.dtype)
+        ties = realize(hit.sum(ctx.attrs["axes"], True))
+        return (apply_op("where", hit, _grad_to_input(g, ctx) / ties.broadcast_to(x.shape), 0),)
+
+
+def _axes(x: Node, axis):
+    return normalize_axes(axis, x.ndim)
+
+
+def sum(x: Node, axis=None, keepdims: bool = False) -> Node:  # noqa: A001
+    return Sum.apply(x, axes=_axes(x, axis), keepdims=keepdims)
+
+
+def mean(x: Node, axis=None, keepdims: bool = False) -> Node:
+    return Mean.apply(x, axes=_axes(x, axis), keepdims=keepdims)
+
+
+def amax(x: Node, axis=None, keepdims: bool = False) -> Node:
+    return MaxMin.apply(x, axes=_axes(x, axis), keepdims=keepdims, op="max")
+
+
+def amin(x: Node, axis=None, keepdims: bool = False) -> Node:
+    return MaxMin.apply(x, axes=_axes(x, axis), keepdims=keepdims, op="min")
+
+
+def argmax(x: Node, axis=None, keepdims: bool = False) -> Node:
+    """Index of the largest element (not differentiable)."""
+    return Node(realize(_value(x).argmax(axis, keepdims)))
+
+
+def logsumexp(x: Node, axis=None, keepdims: bool = False) -> Node:
+    """``log(sum(exp(x)))`` computed stably: the max is subtracted first."""
+    m = amax(x, axis, keepdims=True).detach()
+    out = log(sum(exp(x - m), axis, keepdims=True)) + m
+    return out if keepdims else squeeze(out, axis if axis is not None else None)
+
+
+def softmax(x: Node, axis: int = -1) -> Node:
+    e = exp(x - amax(x, axis, keepdims=True).detach())
+    return e / sum(e, axis, keepdims=True)
+
+
+def log_softmax(x: Node, axis: int = -1) -> Node:
+    return x - logsumexp(x, axis, keepdims=True)
+
+
+# ---- matmul ----------------------------------------------------------------------
+
+class MatMul(Function):
+    """``a @ b`` with NumPy's rules for 1-D, 2-D and batched operands."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        a, b = realize(a), realize(b)
+        ctx.save_for_backward(a, b)
+        return Dot(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
+        b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
+        g2 = g.reshape(_matmul_out_shape(a2.shape, b2.shape))
+        ga = gb = None
+        if ctx.needs_input_grad[0]:
+            ga = Dot(g2, b2.transpose(-1, -2)).sum_to(a2.shape).reshape(a.shape)
+        if ctx.needs_input_grad[1]:
+            gb = Dot(a2.transpose(-1, -2), g2).sum_to(b2.shape).reshape(b.shape)
+        return ga, gb
+
+
+def _matmul_out_shape(sa, sb):
+    return broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
+
+
+def matmul(a: Node, b: Node) -> Node:
+    return MatMul.apply(a, b)
+
+
+# ---- joining -----------------------------------------------------------------------
+
+class Cat(Function):
+    @staticmethod
+    def forward(ctx, *values, axis):
+        shape = list(values[0].shape)
+        shape[axis] = builtin_sum(v.shape[axis] for v in values)
+        out = creation.empty(tuple(shape), dtype=_common_dtype(values), device=values[0].device)
+        start = 0
+        bounds = []
+        for v in values:
+            index = (slice(None),) * axis + (slice(start, start + v.shape[axis]),)
+            out[index] = v
+            bounds.append(index)
+            start += v.shape[axis]
+        ctx.attrs["bounds"] = bounds
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        g = realize(g)
+        return tuple(g[index] for index in ctx.attrs["bounds"])
+
+
+builtin_sum = __builtins__["sum"] if isinstance(__builtins__, dict) else __builtins__.sum
+
+
+def _common_dtype(values):
+    return np.result_type(*(v.dtype for v in values))
+
+
+def cat(nodes, axis: int = 0) -> Node:
+    nodes = list(nodes)
+    if not nodes:
+        raise ValueError("cat needs at least one tensor")
+    ndim = nodes[0].ndim
+    axis = axis % ndim
+    for n in nodes:
+        if n.ndim != ndim or any(a != b for i, (a, b) in enumerate(zip(n.shape, nodes[0].shape))
+                                 if i != axis):
+            raise ValueError(f"cat: shapes {[x.shape for x in nodes]} differ outside axis {axis}")
+    return Cat.apply(*nodes, axis=axis)
+
+
+def stack(nodes, axis: int = 0) -> Node:
+    nodes = list(nodes)
+    if not nodes:
+        raise ValueError("stack needs at least one tensor")
+    axis = axis % (nodes[0].ndim + 1)
+    return cat([unsqueeze(n, axis) for n in nodes], axis)
+
+
+# ---- copies and devices --------------------------------------------------------
+
+class Clone(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return evaluate_copy(realize(x))
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g,)
+
+
+def clone(x: Node) -> Node:
+    return Clone.apply(x)
+
+
+class ToDevice(Function):
+    @staticmethod
+    def forward(ctx, x, device):
+        ctx.attrs["from"] = x.device
+        return realize(x).to(device)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (realize(g).to(ctx.attrs["from"]),)
+
+
+def to_device(x: Node, device) -> Node:
+    return ToDevice.apply(x, device=device)
+
+
+# ---- named elementwise functions ------------------------------------------------
+
+def _unary(name):
+    def fn(x):
+        return elementwise(name, x)
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise ``{name}`` (differentiable, fuses with neighbours)."
+    return fn
+
+
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+relu = _unary("relu")
+abs = _unary("abs")  # noqa: A001
+neg = _unary("neg")
+sign = _unary("sign")
+
+
+def maximum(a, b) -> Node:
+    return elementwise("maximum", a, b)
+
+
+def minimum(a, b) -> Node:
+    return elementwise("minimum", a, b)
+
+
+def where(cond, a, b) -> Node:
+    return elementwise("where", cond, a, b)
+
+
+def clip(x, lo, hi) -> Node:
+    return elementwise("clip", x, lo, hi)
+
+
+def op(name: str, *args) -> Node:
+    """Apply any registered op by name (user-defined ones too)."""
+    return elementwise(name, *args)
+
+
+def as_node(x) -> Node:
+    if isinstance(x, Node):
+        return x
+    if isinstance(x, Tensor):
+        return Node(x)
+    if isinstance(x, np.ndarray):
+        return Node(from_array(x))
+    raise TypeError(f"expected a tensor, got {type(x).__name__}")
