@@ -1,0 +1,32 @@
+"""The Node level: a dynamic computation graph with ``backward()`` over fused expressions."""
+
+from . import ops
+from .backward import backward, topological_order
+from .function import Context, Function
+from .grad_mode import enable_grad, fusion, is_grad_enabled, no_grad, set_fusion
+from .gradcheck import gradcheck
+from .node import (
+    Node,
+    arange,
+    empty,
+    empty_like,
+    from_numpy,
+    full,
+    full_like,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randn,
+    randn_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+
+__all__ = [
+    "Context", "Function", "Node", "arange", "backward", "empty", "empty_like",
+    "enable_grad", "from_numpy", "full", "full_like", "fusion", "gradcheck",
+    "is_grad_enabled", "no_grad", "ones", "ones_like", "ops", "rand", "rand_like", "randn",
+    "randn_like", "set_fusion", "tensor", "topological_order", "zeros", "zeros_like",
+]

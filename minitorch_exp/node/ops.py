@@ -241,8 +241,8 @@ class MaxMin(Function):
     @staticmethod
     def backward(ctx, g):
         x, out = ctx.saved_tensors
-        hit = (x == _grad_to_input(out, ctx)).astype(x.dtype)
-        ties = realize(hit.sum(ctx.attrs["axes"], True))
+        hit = x == _grad_to_input(out, ctx)
+        ties = realize(hit.astype(x.dtype).sum(ctx.attrs["axes"], True))
         return (apply_op("where", hit, _grad_to_input(g, ctx) / ties.broadcast_to(x.shape), 0),)
 
 
@@ -453,3 +453,41 @@ def as_node(x) -> Node:
     if isinstance(x, np.ndarray):
         return Node(from_array(x))
     raise TypeError(f"expected a tensor, got {type(x).__name__}")
+
+
+# ---- Node methods: PyTorch's names, defined once here -------------------------------
+
+def _binary(name, reverse=False):
+    def method(self, other):
+        if not isinstance(other, (Node, Exp, int, float, bool, np.ndarray, np.generic)):
+            return NotImplemented
+        return elementwise(name, other, self) if reverse else elementwise(name, self, other)
+    return method
+
+
+def _install_methods():
+    for dunder, name in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+                         ("pow", "pow")]:
+        setattr(Node, f"__{dunder}__", _binary(name))
+        setattr(Node, f"__r{dunder}__", _binary(name, reverse=True))
+    for dunder, name in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"),
+                         ("ge", "ge")]:
+        setattr(Node, f"__{dunder}__", _binary(name))
+    Node.__neg__ = neg
+    Node.__abs__ = abs
+    Node.__matmul__ = lambda self, other: matmul(self, as_node(other))
+    Node.__rmatmul__ = lambda self, other: matmul(as_node(other), self)
+    Node.__getitem__ = getitem
+    for fn in (exp, log, sqrt, tanh, sigmoid, relu, abs, sign, clip, sum, mean, argmax,
+               logsumexp, softmax, log_softmax, reshape, view, squeeze, unsqueeze, flatten,
+               permute, transpose, expand):
+        setattr(Node, fn.__name__, fn)
+    Node.max = amax
+    Node.min = amin
+    Node.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
+    Node.mT = property(lambda self: transpose(self, -2, -1))
+    Node.broadcast_to = expand
+    Node.astype = lambda self, dtype: Node(realize(_value(self).astype(dtype)))
+
+
+_install_methods()

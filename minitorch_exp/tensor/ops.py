@@ -68,7 +68,7 @@ def _where(c, a, b, out=None):
     if out is None:
         return np.where(c, a, b)
     np.copyto(out, b, casting="unsafe")
-    np.copyto(out, a, casting="unsafe", where=np.broadcast_to(c, out.shape))
+    np.copyto(out, a, casting="unsafe", where=np.broadcast_to(np.asarray(c, bool), out.shape))
     return out
 
 

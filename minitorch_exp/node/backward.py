@@ -1,0 +1,116 @@
+"""The backward pass: gradients flow from an output to the leaves, in topological order.
+
+Gradients travel as expressions. A chain of elementwise backward rules
+therefore builds one expression that is realized in a single fused pass when
+it reaches a leaf (or a dot, or a reduction). Two rules keep that honest:
+
+* a gradient about to be used by two or more inputs is realized first, so the
+  shared part is computed once;
+* a gradient expression that grows past ``MAX_FUSED_OPS`` ops is realized, so
+  kernels and recursion stay bounded however long the chain.
+"""
+
+from __future__ import annotations
+
+from ..tensor import creation
+from ..tensor.engine import assign, realize
+from ..tensor.expr import RVALUE, Exp, as_exp
+from .node import MAX_FUSED_OPS, Node, count_ops
+
+
+def topological_order(root: Node) -> list[Node]:
+    """Nodes reachable from ``root`` through ``grad_fn``, each after all its consumers.
+
+    Iterative depth-first search (no recursion limit for long chains).
+    """
+    order: list[Node] = []
+    expanded: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in expanded:
+            continue
+        expanded.add(id(node))
+        stack.append((node, True))
+        if node.grad_fn is not None:
+            for parent in node.grad_fn.inputs:
+                if isinstance(parent, Node) and parent.requires_grad and \
+                        id(parent) not in expanded:
+                    stack.append((parent, False))
+    order.reverse()
+    return order
+
+
+def _initial_grad(root: Node, grad) -> Exp:
+    if grad is None:
+        if root.numel() != 1:
+            raise RuntimeError(
+                f"backward() without a gradient needs a single-element output, got shape "
+                f"{root.shape}; pass grad= (e.g. mt.ones_like(out)) or reduce it with .sum()")
+        return creation.ones(root.shape, dtype=root.dtype, device=root.device)
+    g = grad._value if isinstance(grad, Node) else as_exp(grad)
+    if g.shape != root.shape:
+        raise RuntimeError(f"backward: grad has shape {g.shape}, the output has {root.shape}")
+    return g
+
+
+def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+    if not root.requires_grad:
+        raise RuntimeError("backward: this tensor does not require grad and has no grad_fn; "
+                           "create its inputs with requires_grad=True")
+    grads: dict[int, Exp] = {id(root): _initial_grad(root, grad)}
+    for node in topological_order(root):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        ctx = node.grad_fn
+        if ctx is None:
+            _accumulate(node, g)
+            continue
+        if ctx.freed:
+            raise RuntimeError(
+                f"backward through {ctx.fn.__name__} a second time: its saved values were "
+                "freed; pass retain_graph=True to the first backward() to keep them")
+        if builtin_sum(ctx.needs_input_grad) > 1 and g.kind != RVALUE and count_ops(g, 1):
+            g = realize(g)
+        _propagate(ctx, g, grads)
+        if not retain_graph:
+            ctx.free()
+
+
+builtin_sum = sum
+
+
+def _propagate(ctx, g: Exp, grads: dict) -> None:
+    input_grads = ctx.fn.backward(ctx, g)
+    if not isinstance(input_grads, tuple):
+        input_grads = (input_grads,)
+    if len(input_grads) != len(ctx.inputs):
+        raise RuntimeError(f"{ctx.fn.__name__}.backward returned {len(input_grads)} gradients "
+                           f"for {len(ctx.inputs)} inputs")
+    for inp, need, ig in zip(ctx.inputs, ctx.needs_input_grad, input_grads):
+        if not need or ig is None:
+            continue
+        ig = ig._value if isinstance(ig, Node) else as_exp(ig)
+        if ig.shape != inp.shape:
+            raise RuntimeError(f"{ctx.fn.__name__}.backward returned a gradient of shape "
+                               f"{ig.shape} for an input of shape {inp.shape}")
+        if count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS:
+            ig = realize(ig)
+        prev = grads.get(id(inp))
+        grads[id(inp)] = ig if prev is None else prev + ig
+
+
+def _accumulate(leaf: Node, g: Exp) -> None:
+    """Write the gradient into ``leaf.grad`` (a fresh tensor the first time, then ``+=``)."""
+    if leaf.grad is None:
+        dst = creation.empty(leaf.shape, dtype=leaf.dtype, device=leaf.device)
+        assign(dst, g)
+        leaf.grad = Node(dst)
+    else:
+        assign(leaf.grad.value, g, "+=")
+    assert leaf.grad.shape == leaf.shape

@@ -1,0 +1,29 @@
+"""``mt.save`` / ``mt.load``: checkpoints of state dicts as ``.npz`` without pickle."""
+
+from __future__ import annotations
+
+from .nn.checkpoint import load as _load_npz
+from .nn.checkpoint import save as _save_npz
+from .node.node import Node
+
+
+def _plain(obj):
+    """Replace Nodes by their NumPy values, recursively."""
+    if isinstance(obj, Node):
+        return obj.numpy()
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain(v) for v in obj)
+    return obj
+
+
+def save(obj, path) -> None:
+    """Write ``obj`` (nested dicts/lists of tensors and plain values) atomically."""
+    _save_npz(_plain(obj), path)
+
+
+def load(path):
+    """Read a checkpoint; arrays come back as tensors. Never unpickles."""
+    from .node.node import from_numpy
+    return _load_npz(path, wrap=lambda arr: from_numpy(arr.copy()))

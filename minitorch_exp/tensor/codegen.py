@@ -1,0 +1,227 @@
+"""From a Plan to per-element source code, shared by the numba and CUDA generators.
+
+A Plan is a straight-line program over slots: leaves, then scalars, then one
+slot per instruction. A compiled kernel runs that program once per element,
+so its body is the program written out with one local variable per slot::
+
+    Plan (w[...] = -eta * (g + lam * w))       Python body        CUDA body
+      t0 = mul(s1, in1)                        t0 = ...(s1 * x1)  const float t0 = (((float)s1) * x1);
+      t1 = add(in0, t0)                        t1 = ...(x0 + t0)  const float t1 = (x0 + t0);
+      ...
+
+Each instruction converts its operands to its *compute* dtype (NumPy's
+promotion, decided when the Plan was made), fills in the op's template for the
+dialect (``OpDef.py`` or ``OpDef.cuda``), and converts the result to the
+instruction's dtype. Only the dialect -- type names, conversions, how a local
+is declared, which template -- differs between Python and CUDA C; this module
+holds everything else, including how the loops walk memory
+(``iteration_layout``) so both generators order and merge dims the same way.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtypes
+from . import layout as L
+from .ops import OPS, OpDef
+
+# Per-element kernels see Python scalars as these dtypes (float -> double, ...).
+SCALAR_DTYPES = {float: dtypes.float64, int: dtypes.int64, bool: dtypes.bool_}
+
+
+class Dialect:
+    """How one target language spells types, conversions, locals and ops."""
+
+    name = ""
+
+    def type_name(self, dtype: np.dtype) -> str:
+        raise NotImplementedError
+
+    def convert(self, expr: str, dtype: np.dtype) -> str:
+        raise NotImplementedError
+
+    def declare(self, name: str, dtype: np.dtype, expr: str) -> str:
+        raise NotImplementedError
+
+    def template(self, op: OpDef) -> str:
+        raise NotImplementedError
+
+    def apply(self, op: OpDef, args: list[str], compute: np.dtype) -> str:
+        return self.template(op).format(*args, T=self.type_name(compute))
+
+
+class PythonDialect(Dialect):
+    """Python as numba compiles it: NumPy scalar types make the widths explicit.
+
+    Python arithmetic may widen (``int32 + int32`` is int64 in numba), so every
+    result is converted back to its instruction's dtype; the conversion costs
+    nothing once compiled. User ops have no ``py`` template: they call their
+    compiled ``numpy`` function, bound in the kernel module as ``_op_<name>``.
+    """
+
+    name = "python"
+
+    def type_name(self, dtype):
+        return "np.bool_" if dtype == dtypes.bool_ else f"np.{dtype.name}"
+
+    def convert(self, expr, dtype):
+        if dtype == dtypes.bool_:
+            return f"({expr} != 0)"
+        return f"{self.type_name(dtype)}({expr})"
+
+    def declare(self, name, dtype, expr):
+        return f"{name} = {self.convert(expr, dtype)}"
+
+    def template(self, op):
+        if op.py is not None:
+            return op.py
+        return f"{user_op_symbol(op.name)}(" + ", ".join(f"{{{i}}}" for i in range(op.arity)) + ")"
+
+
+class CudaDialect(Dialect):
+    """CUDA C++: a typed ``const`` local per slot; C's conversions on initialization."""
+
+    name = "cuda"
+    TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int32: "int",
+             dtypes.int64: "long long", dtypes.bool_: "bool"}
+
+    def type_name(self, dtype):
+        return self.TYPES[np.dtype(dtype)]
+
+    def convert(self, expr, dtype):
+        return f"(({self.type_name(dtype)}){expr})"
+
+    def declare(self, name, dtype, expr):
+        return f"const {self.type_name(dtype)} {name} = {expr};"
+
+    def template(self, op):
+        return op.cuda
+
+
+PYTHON = PythonDialect()
+CUDA = CudaDialect()
+
+
+def user_op_symbol(name: str) -> str:
+    """The name a user op's compiled scalar function has inside a generated module."""
+    return f"_op_{name}"
+
+
+def leaf_names(plan) -> list[str]:
+    return [f"x{i}" for i in range(plan.n_leaves)]
+
+
+def scalar_names(plan) -> list[str]:
+    return [f"s{i}" for i in range(len(plan.scalar_types))]
+
+
+def input_dtypes(plan) -> list[np.dtype]:
+    """Dtype of each input slot as the kernel holds it: leaves as stored, scalars widened."""
+    return list(plan.leaf_dtypes) + [SCALAR_DTYPES[t] for t in plan.scalar_types]
+
+
+def render_body(plan, dialect: Dialect) -> tuple[list[str], str, np.dtype]:
+    """The Plan's instructions as one declaration each.
+
+    Leaves must already be loaded into ``x0, x1, ...`` and scalars be in
+    ``s0, s1, ...``. Returns ``(lines, result_name, result_dtype)``.
+    """
+    names = leaf_names(plan) + scalar_names(plan)
+    kinds = input_dtypes(plan)
+    lines = []
+    for k, ins in enumerate(plan.instrs):
+        args = [_operand(dialect, names[a], kinds[a], ins, i) for i, a in enumerate(ins.args)]
+        # A cast's compute dtype is its source dtype: declaring converts it.
+        expr = args[0] if ins.op == "cast" else dialect.apply(OPS[ins.op], args, ins.compute)
+        names.append(f"t{k}")
+        kinds.append(ins.dtype)
+        lines.append(dialect.declare(names[-1], ins.dtype, expr))
+    return lines, names[plan.out], kinds[plan.out]
+
+
+def _operand(dialect: Dialect, name: str, dtype: np.dtype, ins, position: int) -> str:
+    # where's condition is tested for truth as it is; converting it to the
+    # compute dtype could turn a tiny nonzero float into 0.
+    if dtype == ins.compute or (ins.op == "where" and position == 0):
+        return name
+    return dialect.convert(name, ins.compute)
+
+
+def saver_value(dialect: Dialect, plan, result: str, result_dtype: np.dtype,
+                dst_dtype: np.dtype) -> str:
+    """The value a saver combines with ``dst``.
+
+    A Plan that is only a Python scalar (``dst += 0.5``) keeps NumPy's weak-scalar
+    rule: the scalar is converted to the type ``dst`` promotes it to first.
+    """
+    if plan.instrs or plan.out < plan.n_leaves:
+        return result
+    weak = dtypes.result_type(dst_dtype, plan.scalar_types[plan.out - plan.n_leaves]())
+    return result if weak == result_dtype else dialect.convert(result, weak)
+
+
+SAVER_OPS = {"+=": "+", "-=": "-", "*=": "*", "/=": "/"}
+
+
+def saved_expr(saver: str, current: str, value: str) -> str:
+    """The new value of a dst element: ``value``, or ``current <op> value``."""
+    if saver == "=":
+        return value
+    return f"({current} {SAVER_OPS[saver]} {value})"
+
+
+# ---- how the loops walk memory -----------------------------------------------
+
+def iteration_layout(shape: L.Shape, layouts: list[L.Layout]
+                     ) -> tuple[L.Shape, list[L.Strides], list[int]]:
+    """Shape, strides and offsets to loop over, given ``dst``'s layout first.
+
+    Elementwise work may visit elements in any order, so the loops follow dst's
+    memory: dims where dst steps backwards are flipped, dims are sorted so dst's
+    strides decrease, and dims every operand walks as one are merged. A
+    transposed or reversed dst then becomes a plain forward loop. All layouts
+    must already be broadcast to ``shape``.
+    """
+    offsets = [lay.offset for lay in layouts]
+    strides = [list(lay.strides) for lay in layouts]
+    for d, n in enumerate(shape):
+        if strides[0][d] < 0:
+            for k in range(len(layouts)):
+                offsets[k] += (n - 1) * strides[k][d]
+                strides[k][d] = -strides[k][d]
+    order = sorted(range(len(shape)), key=lambda d: -strides[0][d])
+    cshape, cstrides = L.coalesce(tuple(shape[d] for d in order),
+                                  *[tuple(st[d] for d in order) for st in strides])
+    if not cshape:  # a single element: one loop of one
+        cshape, cstrides = (1,), [(1,) for _ in layouts]
+    return cshape, cstrides, offsets
+
+
+def inner_kind(strides: L.Strides) -> str:
+    """How an operand moves in the innermost loop: ``1`` (unit), ``0`` (fixed) or ``s``."""
+    inner = strides[-1]
+    return "1" if inner == 1 else "0" if inner == 0 else "s"
+
+
+def reduce_layout(x_shape: L.Shape, axes: tuple[int, ...], layouts: list[L.Layout]
+                  ) -> tuple[L.Shape, L.Shape, list[L.Strides], list[L.Strides]]:
+    """Split a reduction's loops into kept dims and reduced dims, each merged.
+
+    ``layouts[0]`` is the output viewed with the input's shape (stride 0 on
+    reduced axes); the others are the leaves broadcast to ``x_shape``. Returns
+    ``(kept_shape, reduced_shape, kept_strides, reduced_strides)``; the output's
+    reduced strides are all 0 and left out of ``reduced_strides``.
+    """
+    kept = [d for d in range(len(x_shape)) if d not in axes]
+    kshape, kstrides = L.coalesce(tuple(x_shape[d] for d in kept),
+                                  *[tuple(lay.strides[d] for d in kept) for lay in layouts])
+    rshape, rstrides = L.coalesce(tuple(x_shape[d] for d in axes),
+                                  *[tuple(lay.strides[d] for d in axes) for lay in layouts[1:]])
+    return kshape, rshape, kstrides, rstrides
+
+
+def reduce_count(x_shape: L.Shape, axes: tuple[int, ...]) -> int:
+    return math.prod(x_shape[d] for d in axes)
