@@ -221,6 +221,22 @@ _define("clip", 3, _clip, "(" + _NAN_MIN.format(_NAN_MAX.format("{0}", "{1}"), "
         "min(max({0}, {1}), {2})", derivative=_d_clip)
 
 
+def _erf(x, out=None):
+    # Abramowitz & Stegun 7.1.26: |error| < 1.5e-7, enough for float32 (GELU).
+    ax = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * ax)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
+        -1.453152027 + t * 1.061405429))))
+    return np.multiply(np.sign(x), 1.0 - poly * np.exp(-ax * ax), out=out, casting="unsafe")
+
+
+def _d_erf(g, out, a):
+    return (g * (2.0 / np.sqrt(np.pi)) * _e().exp(-(a * a)),)
+
+
+_define("erf", 1, _erf, "erf({0})", "math.erf({0})", result="float", derivative=_d_erf)
+
+
 # ---- user-defined ops ---------------------------------------------------------
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")

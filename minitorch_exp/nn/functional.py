@@ -1,0 +1,133 @@
+"""Functional forms of activations and losses, composed from fused primitives."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..node import ops
+from ..node.node import Node
+from ..tensor.tensor import from_array
+
+
+def relu(x: Node) -> Node:
+    return ops.relu(x)
+
+
+def tanh(x: Node) -> Node:
+    return ops.tanh(x)
+
+
+def sigmoid(x: Node) -> Node:
+    return ops.sigmoid(x)
+
+
+def leaky_relu(x: Node, negative_slope: float = 0.01) -> Node:
+    return ops.where(x > 0, x, x * negative_slope)
+
+
+def gelu(x: Node, approximate: str = "none") -> Node:
+    """``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula, as PyTorch does."""
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
+        return x * 0.5 * (ops.tanh(inner) + 1.0)
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return x * 0.5 * (ops.op("erf", x * (1.0 / math.sqrt(2.0))) + 1.0)
+
+
+softmax = ops.softmax
+log_softmax = ops.log_softmax
+
+
+def dropout(x: Node, p: float = 0.5, training: bool = True, generator=None) -> Node:
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if not training or p == 0.0:
+        return x
+    from ..tensor.creation import default_generator
+    rng = generator or default_generator()
+    keep = (rng.random(x.shape) >= p).astype(x.dtype) * np.asarray(1.0 / (1.0 - p), x.dtype)
+    return x * from_array(keep).to(x.device)
+
+
+def _target_array(target, n_classes: int) -> np.ndarray:
+    t = np.asarray(target.numpy() if isinstance(target, Node) else target)
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"class targets must be integers, got {t.dtype}")
+    if t.size and (t.min() < 0 or t.max() >= n_classes):
+        raise ValueError(f"class targets must be in [0, {n_classes}), got range "
+                         f"[{t.min()}, {t.max()}]")
+    return t
+
+
+def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0):
+    t = _target_array(target, n_classes)
+    q = np.full((t.shape[0], n_classes), smoothing / n_classes, dtype=dtype)
+    q[np.arange(t.shape[0]), t] += 1.0 - smoothing
+    return from_array(q).to(device)
+
+
+def _reduce(loss: Node, reduction: str) -> Node:
+    if reduction == "mean":
+        return ops.mean(loss)
+    if reduction == "sum":
+        return ops.sum(loss)
+    if reduction == "none":
+        return loss
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _check_logits(logits: Node, target, name: str) -> None:
+    n = len(target) if not isinstance(target, Node) else target.shape[0]
+    if logits.ndim != 2 or logits.shape[0] != n:
+        raise ValueError(f"{name}: expected input of shape (N, C) and target of shape (N,), "
+                         f"got {logits.shape} and ({n},)")
+
+
+def cross_entropy(logits: Node, target, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Node:
+    """Softmax cross-entropy from logits and integer class targets.
+
+    ``loss_i = logsumexp(z_i) - sum_j q_ij z_ij`` with ``q`` the (smoothed)
+    one-hot target: stable for any logits, and its gradient
+    ``softmax(z) - q`` comes out as one fused expression.
+    """
+    _check_logits(logits, target, "cross_entropy")
+    q = _one_hot(target, logits.shape[1], logits.dtype, logits.device, label_smoothing)
+    loss = ops.logsumexp(logits, 1) - ops.sum(logits * q, 1)
+    return _reduce(loss, reduction)
+
+
+def nll_loss(log_probs: Node, target, reduction: str = "mean") -> Node:
+    """Negative log-likelihood of integer targets given log-probabilities."""
+    _check_logits(log_probs, target, "nll_loss")
+    q = _one_hot(target, log_probs.shape[1], log_probs.dtype, log_probs.device)
+    return _reduce(-ops.sum(log_probs * q, 1), reduction)
+
+
+def mse_loss(input: Node, target, reduction: str = "mean") -> Node:  # noqa: A002
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(f"mse_loss: input shape {input.shape} != target shape {target.shape}")
+    d = input - target
+    return _reduce(d * d, reduction)
+
+
+def linear(x: Node, weight: Node, bias: Node | None = None) -> Node:
+    out = x @ weight.T
+    return out + bias if bias is not None else out
+
+
+def layer_norm(x: Node, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Node:
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mu = ops.mean(x, axes, keepdims=True)
+    xc = x - mu
+    var = ops.mean(xc * xc, axes, keepdims=True)
+    y = xc / ops.sqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y

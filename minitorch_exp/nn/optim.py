@@ -1,0 +1,215 @@
+"""Optimizers and learning-rate schedules.
+
+Each update is a saver expression over the parameter's own storage, so one
+statement is one fused pass with no temporaries::
+
+    buf[...] = momentum * buf + (g + wd * p)        # SGD momentum: 1 kernel
+    p -= lr * buf                                   # 1 kernel
+
+The formulas follow PyTorch's step for step (tests compare them).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..node.grad_mode import no_grad
+from ..node.node import Node
+from ..tensor.creation import zeros_like
+from ..tensor.engine import assign
+from ..tensor.expr import sqrt
+
+
+class Optimizer:
+    def __init__(self, params, defaults: dict):
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups = [{**defaults, **g, "params": list(g["params"])} for g in groups]
+        self.state: dict[int, dict] = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not isinstance(p, Node) or not p.requires_grad:
+                    raise TypeError("optimizer params must be Nodes with requires_grad=True")
+
+    def _params(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                yield group, p
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for _, p in self._params():
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.value[...] = 0
+
+    def step(self) -> None:
+        with no_grad():
+            for index, (group, p) in enumerate(self._params()):
+                if p.grad is not None:
+                    self._update(p.value, p.grad.value, self.state.setdefault(index, {}), group)
+
+    def _update(self, p, g, state: dict, group: dict) -> None:
+        raise NotImplementedError
+
+    # ---- checkpoints ----------------------------------------------------------------
+    def state_dict(self) -> dict:
+        state = {i: {k: (Node(v) if hasattr(v, "storage") else v) for k, v in s.items()}
+                 for i, s in self.state.items()}
+        groups = []
+        start = 0
+        for group in self.param_groups:
+            n = len(group["params"])
+            groups.append({**{k: v for k, v in group.items() if k != "params"},
+                           "params": list(range(start, start + n))})
+            start += n
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+                len(g["params"]) != len(mine["params"])
+                for g, mine in zip(groups, self.param_groups)):
+            raise ValueError("load_state_dict: the saved optimizer has a different number of "
+                             "parameter groups or parameters")
+        for mine, saved in zip(self.param_groups, groups):
+            mine.update({k: v for k, v in saved.items() if k != "params"})
+        params = [p for _, p in self._params()]
+        self.state = {}
+        for key, entries in state_dict["state"].items():
+            index = int(key)
+            self.state[index] = {k: _restore(v, params[index]) for k, v in entries.items()}
+
+
+def _restore(value, param: Node):
+    if isinstance(value, Node):
+        t = zeros_like(param.value)
+        t[...] = value.value.to(param.device)
+        return t
+    if hasattr(value, "shape") and getattr(value, "shape", ()) != ():
+        t = zeros_like(param.value)
+        from ..tensor.tensor import from_array
+        t[...] = from_array(value)
+        return t
+    return value.item() if hasattr(value, "item") else value
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
+                 nesterov: bool = False, weight_decay: float = 0.0):
+        if lr < 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError(f"SGD: invalid lr={lr}, momentum={momentum} or "
+                             f"weight_decay={weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: nesterov needs momentum > 0 and dampening = 0")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      nesterov=nesterov, weight_decay=weight_decay))
+
+    def _update(self, p, g, state, group):
+        lr, mom, wd = group["lr"], group["momentum"], group["weight_decay"]
+        grad = g + wd * p if wd else g
+        if not mom:
+            p -= lr * grad
+            return
+        buf = state.get("momentum_buffer")
+        if buf is None:
+            buf = state["momentum_buffer"] = zeros_like(p)
+            assign(buf, grad)
+        else:
+            buf[...] = mom * buf + (1.0 - group["dampening"]) * grad
+        p -= lr * (grad + mom * buf if group["nesterov"] else buf)
+
+
+class Adam(Optimizer):
+    """Adam; with ``decoupled=True`` (AdamW) weight decay shrinks the weights directly."""
+
+    decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0):
+        if lr < 0 or eps < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"Adam: invalid lr={lr}, betas={betas} or eps={eps}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay))
+
+    def _update(self, p, g, state, group):
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        if "exp_avg" not in state:
+            state.update(step=0, exp_avg=zeros_like(p), exp_avg_sq=zeros_like(p))
+        state["step"] += 1
+        t = state["step"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        if wd and self.decoupled:
+            p *= 1.0 - lr * wd
+        grad = g + wd * p if wd and not self.decoupled else g
+        m[...] = b1 * m + (1.0 - b1) * grad
+        v[...] = b2 * v + (1.0 - b2) * grad * grad
+        bias1, bias2 = 1.0 - b1 ** t, 1.0 - b2 ** t
+        p -= (lr / bias1) * m / (sqrt(v) * (1.0 / math.sqrt(bias2)) + eps)
+
+
+class AdamW(Adam):
+    decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2):
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+
+def clip_grad_norm_(params, max_norm: float, eps: float = 1e-6) -> float:
+    """Scale gradients so their global L2 norm is at most ``max_norm``; returns the norm."""
+    grads = [p.grad.value for p in params if p.grad is not None]
+    total = math.sqrt(sum(float((g * g).sum().item()) for g in grads))
+    if total > max_norm:
+        scale = max_norm / (total + eps)
+        for g in grads:
+            g *= scale
+    return total
+
+
+# ---- learning-rate schedules -------------------------------------------------------
+
+class LRScheduler:
+    def __init__(self, optimizer: Optimizer):
+        self.optimizer = optimizer
+        self.base_lrs = [g["lr"] for g in optimizer.param_groups]
+        self.last_epoch = 0
+
+    def lr_at(self, base: float, epoch: int) -> float:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        self.last_epoch += 1
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = self.lr_at(base, self.last_epoch)
+
+    def get_last_lr(self) -> list[float]:
+        return [g["lr"] for g in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict:
+        return {"last_epoch": self.last_epoch, "base_lrs": list(self.base_lrs)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.last_epoch = int(state["last_epoch"])
+        self.base_lrs = [float(x) for x in state["base_lrs"]]
+
+
+class StepLR(LRScheduler):
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
+        super().__init__(optimizer)
+        self.step_size, self.gamma = step_size, gamma
+
+    def lr_at(self, base, epoch):
+        return base * self.gamma ** (epoch // self.step_size)
+
+
+class CosineAnnealingLR(LRScheduler):
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0):  # noqa: N803
+        super().__init__(optimizer)
+        self.T_max, self.eta_min = T_max, eta_min
+
+    def lr_at(self, base, epoch):
+        return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * epoch /
+                                                                    self.T_max)) / 2

@@ -1,0 +1,585 @@
+"""The numba evaluator: one compiled loop per Plan.
+
+Where the NumPy evaluator makes one pass over memory per op, this one writes
+the whole Plan out as the body of a single loop and compiles it. For
+``w[...] = -eta * (g + lam * w)`` on 1-D float32 tensors the kernel is::
+
+    def serial(n0, out, out_o, in0, in0_o, s0, s1):
+        for i0 in range(n0):
+            p = np.uint64(out_o + i0)
+            x0 = in0[np.uint64(in0_o + i0)]      # g
+            x1 = out[p]                           # w is dst, read where it is written
+            t0 = np.float32((np.float32(s1) * x1))
+            ...
+            out[p] = np.float32(t3)
+
+How a Plan becomes that loop:
+
+1. Layouts. dst and every leaf (broadcast to dst's shape) are put in dst's
+   memory order and adjacent dims merged (``codegen.iteration_layout``): a
+   contiguous tensor of any shape is one loop; a broadcast bias is two.
+2. Operands are passed as their flat storage arrays plus an offset and
+   strides, so views of any kind need no copy. Sizes, strides and scalars
+   are arguments, never constants, so a new shape or a new learning rate
+   reuses the compiled kernel.
+3. The innermost stride of each operand is part of the kernel's key: ``1``
+   (indexed ``p + i`` so LLVM vectorizes), ``0`` (loaded once, outside the
+   loop), ``s`` (any other stride), or ``d`` for a leaf that *is* dst at the
+   same layout (``w`` above): it is read from ``out`` at the index being
+   written, which is safe per element and lets LLVM vectorize without alias
+   checks. Positions are cast to unsigned so numba emits no negative-index
+   wraparound, which otherwise stops vectorization.
+4. Each instruction is one local (``codegen.render_body``); the saver
+   combines the last one with dst.
+
+Kernels are Python modules written to a per-user cache directory (named by
+the hash of their source) and compiled with ``numba.njit(cache=True)``, so a
+second run of a script compiles nothing. Each module holds a serial and a
+``prange`` variant; the parallel one is compiled only when a large enough
+array first needs it.
+
+Threading (measured on the 2-core reference machine, see
+``benchmarks/bench_update.py``): the ``workqueue`` layer is used unless
+``NUMBA_THREADING_LAYER`` says otherwise. OpenMP's idle threads spin after
+each parallel loop and took a core from the next BLAS call, which then ran up
+to 2x slower; workqueue's threads sleep. workqueue cannot be entered from two
+threads at once, but these kernels hold the GIL, so it never is. The loop
+goes parallel from ``PARALLEL_MIN`` element-operations on (elements times
+operands plus instructions); below that the thread handoff costs more than
+the second core gives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from . import codegen as C
+from . import dtypes
+from . import layout as L
+from .counters import count
+from .cpu_numpy import NumpyBackend, overlaps
+from .ops import OPS
+
+MAX_DIMS = 4
+# Element-operations (elements x (operands + instructions)) from which the
+# prange variant runs; measured with bench_update / _measure_threshold.
+PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 19))
+
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
+
+_STATS = {"generated": 0}
+_DISPATCHERS: list = []
+_LOCK = threading.Lock()
+
+
+# ---- elementwise kernel source -----------------------------------------------
+
+def kernel_source(plan, ndim: int, saver: str = "=", kinds: tuple[str, ...] | None = None,
+                  dst_dtype=None) -> str:
+    """The Python module compiled for ``plan`` over ``ndim`` merged dims.
+
+    ``kinds`` gives each operand's innermost stride kind, dst first (see the
+    module docstring); by default every operand is unit-stride. ``dst_dtype``
+    defaults to the Plan's result dtype.
+    """
+    kinds = kinds or ("1",) * (1 + plan.n_leaves)
+    dst_dtype = np.dtype(dst_dtype or plan.dtype)
+    functions = [_elementwise_function(name, plan, ndim, saver, kinds, dst_dtype, parallel)
+                 for name, parallel in (("serial", False), ("parallel", True))]
+    return _module_text(plan, functions)
+
+
+def _elementwise_function(name, plan, ndim, saver, kinds, dst_dtype, parallel) -> list[str]:
+    arrays = ["out"] + [f"in{i}" for i in range(plan.n_leaves) if kinds[1 + i] != "d"]
+    kind_of = {"out": kinds[0], **{f"in{i}": kinds[1 + i] for i in range(plan.n_leaves)}}
+    params = [f"n{d}" for d in range(ndim)]
+    for arr in arrays:
+        params += [arr, f"{arr}_o"] + _stride_params(arr, ndim, kind_of[arr])
+    params += C.scalar_names(plan)
+    lines = [f"def {name}({', '.join(params)}):"]
+    base = {arr: f"{arr}_o" for arr in arrays}
+    depth = 1
+    for d in range(ndim - 1):
+        lines.append(_loop(depth, f"i{d}", f"n{d}", parallel and d == 0))
+        depth += 1
+        for arr in arrays:
+            lines.append(_pad(depth) + f"{arr}_p{d} = {base[arr]} + i{d} * {arr}_s{d}")
+            base[arr] = f"{arr}_p{d}"
+    inner = ndim - 1
+    for i in range(plan.n_leaves):
+        if kinds[1 + i] == "0":
+            lines.append(_pad(depth) + f"x{i} = in{i}[np.uint64({base[f'in{i}']})]")
+    lines.append(_loop(depth, f"i{inner}", f"n{inner}", parallel and inner == 0))
+    depth += 1
+    body = [f"p = np.uint64({_position('out', base['out'], kinds[0], inner)})"]
+    for i in range(plan.n_leaves):
+        if kinds[1 + i] == "d":
+            body.append(f"x{i} = out[p]")
+        elif kinds[1 + i] != "0":
+            pos = _position(f"in{i}", base[f"in{i}"], kinds[1 + i], inner)
+            body.append(f"x{i} = in{i}[np.uint64({pos})]")
+    body += _body_and_save(plan, saver, dst_dtype)
+    return lines + [_pad(depth) + line for line in body]
+
+
+def _stride_params(arr: str, ndim: int, kind: str) -> list[str]:
+    """Stride arguments of one operand; a unit or zero innermost stride is implied."""
+    dims = range(ndim) if kind == "s" else range(ndim - 1)
+    return [f"{arr}_s{d}" for d in dims]
+
+
+def _position(arr: str, base: str, kind: str, inner: int) -> str:
+    if kind == "1":
+        return f"{base} + i{inner}"
+    return f"{base} + i{inner} * {arr}_s{inner}"
+
+
+def _body_and_save(plan, saver, dst_dtype) -> list[str]:
+    body, result, result_dtype = C.render_body(plan, C.PYTHON)
+    value = C.saver_value(C.PYTHON, plan, result, result_dtype, dst_dtype)
+    return body + [_store(saver, value, result_dtype, dst_dtype)]
+
+
+def _store(saver: str, value: str, value_dtype, dst_dtype) -> str:
+    """``out[p] = ...``: the saver's result, converted to dst's dtype when it differs."""
+    if saver == "=" and value_dtype == dst_dtype:
+        return f"out[p] = {value}"
+    return f"out[p] = {C.PYTHON.convert(C.saved_expr(saver, 'out[p]', value), dst_dtype)}"
+
+
+def _loop(depth: int, var: str, size: str, parallel: bool) -> str:
+    return _pad(depth) + f"for {var} in {'prange' if parallel else 'range'}({size}):"
+
+
+def _pad(depth: int) -> str:
+    return "    " * depth
+
+
+def _module_text(plan, functions: list[list[str]], fastmath: bool = False) -> str:
+    options = 'cache=True, error_model="numpy"' + (', fastmath={"reassoc"}' if fastmath else "")
+    header = ["# Generated by minitorch_exp.tensor.cpu_numba -- do not edit.", "# Plan:"]
+    header += ["#" + line for line in plan.describe().splitlines()]
+    header += [f"# {line}" for line in _user_op_fingerprints(plan)]
+    header += ["import math", "", "import numpy as np", "from numba import njit, prange",
+               "from numpy import log as _log, sqrt as _sqrt", ""]
+    parts = []
+    for fn in functions:
+        parallel = fn[0].startswith("def parallel")
+        deco = f"@njit({options}{', parallel=True' if parallel else ''})"
+        parts.append("\n".join(["", deco, *fn]))
+    return "\n".join(header) + "\n".join(parts) + "\n"
+
+
+# ---- reduction kernel source -------------------------------------------------
+
+def reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
+                  kinds: tuple[str, ...] | None = None, dst_dtype=None) -> str:
+    """The Python module compiled for ``op`` (sum, mean, max, min) over a fused input.
+
+    Kept dims are the outer loops (one output each, ``prange`` over the first);
+    reduced dims are the inner loops, accumulating into a local. With no kept
+    dim, the parallel variant splits the outermost reduced loop into chunks
+    whose partial results are combined at the end. ``kinds`` are the innermost
+    *reduced* stride kinds of the leaves (``1`` or ``s``).
+    """
+    kinds = kinds or ("1",) * plan.n_leaves
+    result_dtype = _reduce_result_dtype(op, plan.dtype)
+    dst_dtype = np.dtype(dst_dtype or result_dtype)
+    spec = _ReduceSpec(plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype)
+    functions = [spec.function(name, parallel)
+                 for name, parallel in (("serial", False), ("parallel", True))]
+    return _module_text(plan, functions, fastmath=op in ("sum", "mean"))
+
+
+def _reduce_result_dtype(op, dtype):
+    if op == "mean":
+        return dtypes.float_result(dtype)
+    if op == "sum" and dtype.kind in "bi":
+        return dtypes.int64
+    return dtype
+
+
+def accumulator_dtype(op: str, dtype: np.dtype) -> np.dtype:
+    """Sums accumulate in 64 bits (float32 sums in float64, for accuracy)."""
+    if op == "mean" or (op == "sum" and dtype.kind == "f"):
+        return dtypes.float64
+    return dtypes.int64 if op == "sum" else dtype
+
+
+def _identity(op: str, dtype: np.dtype) -> str:
+    if op in ("sum", "mean"):
+        return f"{C.PYTHON.type_name(dtype)}(0)"
+    if dtype == dtypes.bool_:
+        return "False" if op == "max" else "True"
+    if dtype.kind == "i":
+        info = np.iinfo(dtype)
+        return f"{C.PYTHON.type_name(dtype)}({info.min if op == 'max' else info.max})"
+    return f"{C.PYTHON.type_name(dtype)}({'-' if op == 'max' else ''}np.inf)"
+
+
+class _ReduceSpec:
+    """Everything one reduction kernel's source depends on."""
+
+    def __init__(self, plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype):
+        self.plan, self.op, self.saver = plan, op, saver
+        self.n_kept, self.n_reduced, self.kinds = n_kept, n_reduced, kinds
+        self.result_dtype, self.dst_dtype = result_dtype, dst_dtype
+        self.acc_dtype = accumulator_dtype(op, plan.dtype)
+        self.leaves = [f"in{i}" for i in range(plan.n_leaves)]
+
+    def params(self) -> list[str]:
+        k, r = self.n_kept, self.n_reduced
+        params = [f"k{d}" for d in range(k)] + [f"r{d}" for d in range(r)]
+        params += ["out", "out_o"] + [f"out_s{d}" for d in range(k)]
+        for arr, kind in zip(self.leaves, self.kinds):
+            params += [arr, f"{arr}_o"] + [f"{arr}_k{d}" for d in range(k)]
+            params += [f"{arr}_r{d}" for d in range(r if kind == "s" else r - 1)]
+        return params + C.scalar_names(self.plan) + ["count", "chunks"]
+
+    def function(self, name: str, parallel: bool) -> list[str]:
+        lines = [f"def {name}({', '.join(self.params())}):"]
+        base = {arr: f"{arr}_o" for arr in ["out", *self.leaves]}
+        depth = 1
+        for d in range(self.n_kept):
+            lines.append(_loop(depth, f"i{d}", f"k{d}", parallel and d == 0))
+            depth += 1
+            for arr in base:
+                stride = f"{arr}_s{d}" if arr == "out" else f"{arr}_k{d}"
+                lines.append(_pad(depth) + f"{arr}_p{d} = {base[arr]} + i{d} * {stride}")
+                base[arr] = f"{arr}_p{d}"
+        if self.n_kept:
+            lines += self._accumulate(depth, base, chunked=False)
+            lines += [_pad(depth) + line for line in self._store(base["out"])]
+        else:
+            lines += self._chunked(depth, base, parallel)
+        return lines
+
+    def _chunked(self, depth, base, parallel) -> list[str]:
+        """Full reduction: chunks of the outermost reduced loop, then their combination."""
+        acc = C.PYTHON.type_name(self.acc_dtype)
+        lines = [_pad(depth) + line for line in (
+            f"partial = np.empty(chunks, {acc})",
+            "step = (r0 + chunks - 1) // chunks")]
+        lines.append(_loop(depth, "c", "chunks", parallel))
+        lines += self._accumulate(depth + 1, base, chunked=True)
+        lines.append(_pad(depth + 1) + "partial[c] = acc")
+        lines.append(_pad(depth) + f"acc = {_identity(self.op, self.acc_dtype)}")
+        lines.append(_loop(depth, "c", "chunks", False))
+        lines += [_pad(depth + 1) + line for line in self._combine("partial[c]")]
+        return lines + [_pad(depth) + line for line in self._store(base["out"])]
+
+    def _accumulate(self, depth, base, chunked: bool) -> list[str]:
+        lines = [_pad(depth) + f"acc = {_identity(self.op, self.acc_dtype)}"]
+        base = dict(base)
+        inner = self.n_reduced - 1
+        for d in range(self.n_reduced):
+            bounds = "range(c * step, min(r0, (c + 1) * step))" if chunked and d == 0 \
+                else f"range(r{d})"
+            lines.append(_pad(depth) + f"for j{d} in {bounds}:")
+            depth += 1
+            if d == inner:
+                break
+            for arr in self.leaves:
+                lines.append(_pad(depth) + f"{arr}_q{d} = {base[arr]} + j{d} * {arr}_r{d}")
+                base[arr] = f"{arr}_q{d}"
+        body = []
+        for i, (arr, kind) in enumerate(zip(self.leaves, self.kinds)):
+            step = f"j{inner}" if kind == "1" else f"j{inner} * {arr}_r{inner}"
+            body.append(f"x{i} = {arr}[np.uint64({base[arr]} + {step})]")
+        rendered, result, _ = C.render_body(self.plan, C.PYTHON)
+        body += rendered + self._combine(result)
+        return lines + [_pad(depth) + line for line in body]
+
+    def _combine(self, value: str) -> list[str]:
+        """Fold ``value`` into ``acc``; max and min propagate NaN as NumPy does."""
+        v = f"v = {C.PYTHON.convert(value, self.acc_dtype)}"
+        if self.op in ("sum", "mean"):
+            return [v, "acc = acc + v"]
+        op = OPS["maximum" if self.op == "max" else "minimum"]
+        return [v, "acc = " + C.PYTHON.apply(op, ["v", "acc"], self.acc_dtype)]
+
+    def _store(self, out_base: str) -> list[str]:
+        value = C.PYTHON.convert("acc / count" if self.op == "mean" else "acc",
+                                 self.result_dtype)
+        return [f"p = np.uint64({out_base})",
+                _store(self.saver, value, self.result_dtype, self.dst_dtype)]
+
+
+# ---- compiled modules on disk ------------------------------------------------
+
+def cache_dir() -> Path:
+    """Where generated kernel modules (and numba's compiled code) live.
+
+    ``MINITORCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/minitorch_exp/kernels``, else
+    ``~/.cache/minitorch_exp/kernels``; a temporary directory if none is writable.
+    """
+    env = os.environ.get("MINITORCH_CACHE_DIR")
+    if env:
+        path = Path(env)
+    else:
+        root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        path = Path(root) / "minitorch_exp" / "kernels"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    fallback = Path(tempfile.gettempdir()) / f"minitorch_exp-{os.getuid()}" / "kernels"
+    fallback.mkdir(parents=True, exist_ok=True)
+    return fallback
+
+
+def _write_once(path: Path, text: str) -> None:
+    """Create ``path`` atomically unless it exists (rewriting would reset numba's cache)."""
+    if path.exists():
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load_module(source: str, bindings: dict):
+    """Write ``source`` to the cache directory and import it, with ``bindings`` as globals."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:32]
+    name = f"minitorch_kernel_{digest}"
+    path = cache_dir() / f"{name}.py"
+    _write_once(path, source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(bindings)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    _STATS["generated"] += 1
+    _DISPATCHERS.extend([module.serial, module.parallel])
+    return module
+
+
+def compile_stats() -> dict[str, int]:
+    """Kernels generated, compiled from scratch, and loaded from numba's disk cache."""
+    compiled = sum(sum(d.stats.cache_misses.values()) for d in _DISPATCHERS)
+    loaded = sum(sum(d.stats.cache_hits.values()) for d in _DISPATCHERS)
+    return {"generated": _STATS["generated"], "compiled": compiled, "loaded": loaded}
+
+
+# ---- user ops ----------------------------------------------------------------
+
+class UserOpCompileError(TypeError):
+    """A user op's ``numpy_fn`` could not be compiled for scalars by numba."""
+
+
+_USER_FUNCTIONS: dict[tuple, object] = {}
+
+
+def _fingerprint(fn) -> str:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return repr(fn)
+    return hashlib.sha256(code.co_code + repr((code.co_consts, code.co_names)).encode()
+                          ).hexdigest()[:16]
+
+
+def _user_op_fingerprints(plan) -> list[str]:
+    """One line per user op, so a changed numpy_fn gets a new kernel file."""
+    names = sorted({ins.op for ins in plan.instrs if ins.op in OPS and OPS[ins.op].py is None})
+    return [f"user op {name}: {_fingerprint(OPS[name].numpy)}" for name in names]
+
+
+def _scalar_function(op):
+    """``op.numpy`` compiled by numba for scalars, checked for each compute dtype used."""
+    key = (op.name, _fingerprint(op.numpy))
+    fn = _USER_FUNCTIONS.get(key)
+    if fn is None:
+        py = op.numpy
+        if isinstance(py, np.ufunc):
+            ufunc = py
+            py = lambda *args: ufunc(*args)  # noqa: E731 - numba compiles ufunc calls
+        fn = _USER_FUNCTIONS[key] = numba.njit(error_model="numpy")(py)
+    return fn
+
+
+def _user_bindings(plan) -> dict:
+    bindings = {}
+    for ins in plan.instrs:
+        op = OPS.get(ins.op)
+        if op is None or op.py is not None:
+            continue
+        fn = _scalar_function(op)
+        arg_type = numba.from_dtype(ins.compute)
+        try:
+            fn.compile((arg_type,) * op.arity)
+        except Exception as err:
+            raise UserOpCompileError(
+                f"user op {op.name!r}: numba could not compile its numpy_fn for "
+                f"{ins.compute.name} scalars. For the numba CPU backend a user op's numpy_fn "
+                "must also work on scalars in nopython mode (plain arithmetic and np ufuncs, "
+                "no out= handling or array-only calls); or use set_cpu_backend('numpy'). "
+                f"numba said: {str(err).splitlines()[0]}") from err
+        bindings[C.user_op_symbol(op.name)] = fn
+    return bindings
+
+
+# ---- the backend -------------------------------------------------------------
+
+class NumbaBackend:
+    """Evaluates Plans on the CPU with one numba-compiled loop each."""
+
+    name = "numba"
+
+    def __init__(self):
+        self.fallback = NumpyBackend()
+
+    def elementwise(self, plan, dst, leaves, scalars, saver: str) -> None:
+        work = _elementwise_work(dst, leaves)
+        if work is None:
+            self.fallback.elementwise(plan, dst, leaves, scalars, saver)
+            return
+        count("cpu", "fused")
+        if dst.numel() == 0:
+            return
+        shape, arrays, strides, offsets, kinds = work
+        kernel = _elementwise_kernel(plan, len(shape), saver, kinds, dst.dtype)
+        args = list(shape)
+        for k, arr in enumerate(arrays):
+            if arr is not None:
+                args += [arr, offsets[k]] + list(strides[k][:len(shape) - (kinds[k] != "s")])
+        args += scalars
+        _run(kernel, args, dst.numel() * (len(arrays) + len(plan.instrs)))
+
+    def dot(self, dst, a, b, saver: str) -> None:
+        self.fallback.dot(dst, a, b, saver)
+
+    def reduce(self, dst, e, saver: str) -> None:
+        work = _reduce_work(dst, e) if e.op != "argmax" else None
+        if work is None:
+            self.fallback.reduce(dst, e, saver)
+            return
+        count("cpu", "reduce")
+        if dst.numel() == 0:
+            return
+        plan, scalars, kshape, rshape, kstrides, rstrides, arrays, offsets, kinds = work
+        kernel = _reduce_kernel(plan, e.op, len(kshape), len(rshape), saver, kinds, dst.dtype)
+        args = list(kshape) + list(rshape) + [arrays[0], offsets[0], *kstrides[0]]
+        for k in range(1, len(arrays)):
+            reduced = rstrides[k - 1][:len(rshape) - (kinds[k - 1] == "1")]
+            args += [arrays[k], offsets[k], *kstrides[k], *reduced]
+        n = e.x.numel()
+        parallel = _go_parallel(n * (len(arrays) + len(plan.instrs)))
+        chunks = numba.get_num_threads() * 4 if parallel and not kshape else 1
+        args += list(scalars) + [float(max(1, C.reduce_count(e.x.shape, e.axes))), chunks]
+        (kernel.parallel if parallel else kernel.serial)(*args)
+
+
+def _go_parallel(work: int) -> bool:
+    return work >= PARALLEL_MIN and numba.get_num_threads() > 1
+
+
+def _run(kernel, args, work: int) -> None:
+    (kernel.parallel if _go_parallel(work) else kernel.serial)(*args)
+
+
+def _elementwise_work(dst, leaves):
+    """Loop shape, flat arrays, strides, offsets and stride kinds; None beyond MAX_DIMS."""
+    layouts = [dst.layout]
+    datas = [dst.storage.data]
+    for t in leaves:
+        lay = L.broadcast_layout(t.layout, dst.shape)
+        data = t.storage.data
+        if overlaps(dst, t.storage, lay):
+            data, lay = _private_copy(t, dst.shape)
+        layouts.append(lay)
+        datas.append(data)
+    shape, strides, offsets = C.iteration_layout(dst.shape, layouts)
+    if len(shape) > MAX_DIMS:
+        return None
+    kinds = [C.inner_kind(strides[0])]
+    for k in range(1, len(layouts)):
+        same = datas[k] is datas[0] and strides[k] == strides[0] and offsets[k] == offsets[0]
+        kinds.append("d" if same else C.inner_kind(strides[k]))
+    arrays = [None if kind == "d" else data for data, kind in zip(datas, kinds)]
+    return shape, arrays, strides, offsets, tuple(kinds)
+
+
+def _private_copy(t, shape):
+    """A contiguous copy of ``t`` broadcast to ``shape``: breaks aliasing with dst."""
+    count("cpu", "copy")
+    data = np.ascontiguousarray(t.array).reshape(-1)
+    return data, L.broadcast_layout(L.contiguous(t.shape), shape)
+
+
+def _elementwise_kernel(plan, ndim, saver, kinds, dst_dtype):
+    key = ("numba", ndim, saver, kinds, dst_dtype.char)
+    kernel = plan.compiled.get(key)
+    if kernel is None:
+        with _LOCK:
+            bindings = _user_bindings(plan)
+            source = kernel_source(plan, ndim, saver, kinds, dst_dtype)
+            kernel = plan.compiled[key] = load_module(source, bindings)
+    return kernel
+
+
+def _reduce_work(dst, e):
+    from .plan import make_plan
+    x = e.x
+    target = dst._try_view_reshape(e.kept_shape)
+    plan, leaves, scalars = make_plan(x, x.ndim)
+    out_layout = L.broadcast_layout(target.layout, x.shape)
+    layouts, arrays = [out_layout], [target.storage.data]
+    for t in leaves:
+        lay = L.broadcast_layout(t.layout, x.shape)
+        data = t.storage.data
+        if overlaps(dst, t.storage, lay):
+            data, lay = _private_copy(t, x.shape)
+        layouts.append(lay)
+        arrays.append(data)
+    kshape, rshape, kstrides, rstrides = C.reduce_layout(x.shape, e.axes, layouts)
+    if len(kshape) > MAX_DIMS or len(rshape) > MAX_DIMS or _across_memory(kstrides, rstrides):
+        return None
+    if not rshape:  # nothing left to reduce: one loop of one
+        rshape, rstrides = (1,), [(0,) for _ in leaves]
+    kinds = tuple("1" if st[-1] == 1 else "s" for st in rstrides)
+    offsets = [lay.offset for lay in layouts]
+    return plan, scalars, kshape, rshape, kstrides, rstrides, arrays, offsets, kinds
+
+
+def _across_memory(kstrides, rstrides) -> bool:
+    """True when the reduced loops stride further than the kept ones (a column sum).
+
+    Reducing each output's column in turn would then revisit every cache line
+    once per output; NumPy's reduction walks memory in order instead.
+    """
+    for kept, reduced in zip(kstrides[1:], rstrides):
+        k = min((abs(s) for s in kept if s), default=math.inf)
+        r = min((abs(s) for s in reduced if s), default=math.inf)
+        if k < r and k != math.inf:
+            return True
+    return False
+
+
+def _reduce_kernel(plan, op, n_kept, n_reduced, saver, kinds, dst_dtype):
+    key = ("numba-reduce", op, n_kept, n_reduced, saver, kinds, dst_dtype.char)
+    kernel = plan.compiled.get(key)
+    if kernel is None:
+        with _LOCK:
+            bindings = _user_bindings(plan)
+            source = reduce_source(plan, op, n_kept, n_reduced, saver, kinds, dst_dtype)
+            kernel = plan.compiled[key] = load_module(source, bindings)
+    return kernel

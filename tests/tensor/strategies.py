@@ -1,0 +1,577 @@
+"""Shared hypothesis strategies and NumPy-reference helpers for the Tensor-level tests.
+
+Everything here builds *pairs*: a minitorch_exp object and the NumPy array (or
+NumPy computation) it must agree with. Inputs are drawn small (at most 4 dims,
+sides 0-4) but with every layout a strided tensor can have: permuted memory
+order, gaps, negative steps and a non-zero offset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+from hypothesis import strategies as st
+
+from minitorch_exp.tensor import cpu_numpy
+from minitorch_exp.tensor import exp as mt_exp
+from minitorch_exp.tensor import log as mt_log
+from minitorch_exp.tensor import maximum as mt_maximum
+from minitorch_exp.tensor import minimum as mt_minimum
+from minitorch_exp.tensor import relu as mt_relu
+from minitorch_exp.tensor import sigmoid as mt_sigmoid
+from minitorch_exp.tensor import sqrt as mt_sqrt
+from minitorch_exp.tensor import tanh as mt_tanh
+from minitorch_exp.tensor import where as mt_where
+from minitorch_exp.tensor.tensor import from_numpy
+
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+INTS = (np.dtype(np.int32), np.dtype(np.int64))
+NUMERIC = FLOATS + INTS
+ALL_DTYPES = NUMERIC + (np.dtype(np.bool_),)
+
+
+# ---- shapes -------------------------------------------------------------------
+
+def shapes(min_dims: int = 0, max_dims: int = 4, min_side: int = 0, max_side: int = 4):
+    """Shapes of 0-d to 4-d tensors, including size-0 and size-1 dims."""
+    return st.lists(st.integers(min_side, max_side), min_size=min_dims,
+                    max_size=max_dims).map(tuple)
+
+
+@st.composite
+def broadcastable_to(draw, shape):
+    """A shape that broadcasts to ``shape``: leading dims dropped, some dims set to 1."""
+    lead = draw(st.integers(0, len(shape)))
+    return tuple(1 if draw(st.booleans()) and draw(st.booleans()) else n
+                 for n in shape[lead:])
+
+
+def numel(shape) -> int:
+    return math.prod(shape)
+
+
+# ---- values and layouts ---------------------------------------------------------
+
+def random_values(rng: np.random.Generator, shape, dtype, lo=-3.0, hi=3.0) -> np.ndarray:
+    """Values in ``[lo, hi]`` of the given dtype (bools: fair coin flips)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(int(math.ceil(lo)), int(math.floor(hi)) + 1, size=shape).astype(dtype)
+    return rng.uniform(lo, hi, size=shape).astype(dtype)
+
+
+def strided_copy(arr: np.ndarray, perm, steps, pad: int = 1) -> np.ndarray:
+    """A copy of ``arr`` living inside a larger buffer: memory order permuted by
+    ``perm``, each dim spaced (|step| > 1) and/or reversed (step < 0), starting
+    ``pad`` elements in. The result is a NumPy *view* with those strides."""
+    shape = arr.shape
+    buf = np.zeros(tuple(shape[p] * abs(steps[p]) + pad for p in perm), arr.dtype)
+    index = []
+    for p in perm:
+        n, s = shape[p], steps[p]
+        if s > 0:
+            index.append(slice(pad, pad + n * s, s))
+        else:
+            index.append(slice(pad + n * -s - 1, pad - 1, s))
+    view = buf[tuple(index)].transpose(np.argsort(perm))
+    assert view.shape == shape
+    view[...] = arr
+    return view
+
+
+@st.composite
+def layouts(draw, ndim: int):
+    """(perm, steps) for ``strided_copy``."""
+    perm = draw(st.permutations(range(ndim)))
+    steps = draw(st.lists(st.sampled_from([1, 2, -1, -2, 3]), min_size=ndim, max_size=ndim))
+    return tuple(perm), tuple(steps)
+
+
+@st.composite
+def arrays(draw, shape, dtype, lo=-3.0, hi=3.0, strided=None):
+    """A NumPy array of ``shape``; with ``strided`` (default: drawn) a non-contiguous one."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    arr = random_values(rng, shape, dtype, lo, hi)
+    if strided is None:
+        strided = draw(st.booleans())
+    if strided:
+        perm, steps = draw(layouts(len(shape)))
+        arr = strided_copy(arr, perm, steps)
+    return arr
+
+
+@st.composite
+def tensor_pairs(draw, shape=None, dtype=None, lo=-3.0, hi=3.0, strided=None):
+    """(Tensor, ndarray) sharing memory; the Tensor may be non-contiguous."""
+    if shape is None:
+        shape = draw(shapes())
+    if dtype is None:
+        dtype = draw(st.sampled_from(NUMERIC))
+    arr = draw(arrays(shape, dtype, lo, hi, strided))
+    return from_numpy(arr), arr
+
+
+# ---- comparing with NumPy -------------------------------------------------------
+
+def tolerances(dtype):
+    """(rtol, atol) suited to a result dtype."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return 1e-5, 1e-6
+    if dtype.kind == "f":
+        return 1e-10, 1e-12
+    return 0, 0
+
+
+def assert_matches(actual, expected, *, check_dtype=True, scale=1.0, rtol=None):
+    """``actual`` (Tensor, Exp or array) equals the NumPy result ``expected``.
+
+    Shapes and (by default) dtypes must agree; integers and bools exactly,
+    floats to a dtype-sized tolerance (``scale`` widens the absolute part for
+    results built from large intermediates).
+    """
+    exp = np.asarray(expected)
+    act = np.asarray(actual)
+    assert act.shape == exp.shape, f"shape {act.shape} != NumPy's {exp.shape}"
+    if check_dtype:
+        assert act.dtype == exp.dtype, f"dtype {act.dtype} != NumPy's {exp.dtype}"
+    if exp.dtype.kind in "biu" and act.dtype.kind in "biu":
+        np.testing.assert_array_equal(act, exp)
+    else:
+        r, a = tolerances(act.dtype if act.dtype.kind == "f" else exp.dtype)
+        if exp.dtype == np.float32 or act.dtype == np.float32:
+            r, a = tolerances(np.float32)
+        np.testing.assert_allclose(act, exp, rtol=rtol if rtol is not None else r,
+                                   atol=a * max(1.0, scale), equal_nan=True)
+
+
+@contextlib.contextmanager
+def block_size(n: int | None):
+    """Run the NumPy evaluator's blocked paths with blocks of ``n`` elements.
+
+    For hypothesis tests, where pytest's function-scoped ``monkeypatch`` cannot
+    be used; ``None`` leaves the block size alone.
+    """
+    old = cpu_numpy.BLOCK
+    if n is not None:
+        cpu_numpy.BLOCK = n
+    try:
+        yield
+    finally:
+        cpu_numpy.BLOCK = old
+
+
+def np_index(arr: np.ndarray, key):
+    """``arr[key]`` as a NumPy *view*, also when every index is an int (then NumPy
+    would return a scalar copy; an extra ``...`` keeps it a 0-d view)."""
+    out = arr[key]
+    if not isinstance(out, np.ndarray):
+        k = key if isinstance(key, tuple) else (key,)
+        out = arr[k + (Ellipsis,)]
+    return out
+
+
+# ---- basic index keys -------------------------------------------------------------
+
+@st.composite
+def basic_keys(draw, shape, allow_none=True, allow_ellipsis=True):
+    """A basic index for ``shape``: ints, slices (any step sign), None and one Ellipsis."""
+    entries = []
+    for n in shape:
+        kind = draw(st.sampled_from(["full", "slice", "slice", "int"] if n else ["full", "slice"]))
+        if kind == "full":
+            entries.append(slice(None))
+        elif kind == "int":
+            entries.append(draw(st.integers(-n, n - 1)))
+        else:
+            bound = st.none() | st.integers(-n - 2, n + 2)
+            step = draw(st.none() | st.sampled_from([1, 2, 3, -1, -2]))
+            entries.append(slice(draw(bound), draw(bound), step))
+    # Drop trailing full slices sometimes (NumPy fills them in).
+    while entries and entries[-1] == slice(None) and draw(st.booleans()):
+        entries.pop()
+    if allow_ellipsis and draw(st.booleans()):
+        p = draw(st.integers(0, len(entries)))
+        q = draw(st.integers(p, len(entries)))
+        if all(e == slice(None) for e in entries[p:q]):
+            entries[p:q] = [Ellipsis]
+    if allow_none and len(shape) < 5:
+        for _ in range(draw(st.integers(0, 2))):
+            entries.insert(draw(st.integers(0, len(entries))), None)
+    if len(entries) == 1 and draw(st.booleans()):
+        return entries[0]
+    return tuple(entries)
+
+
+@st.composite
+def reshape_targets(draw, shape, allow_infer=True):
+    """A new shape with the same number of elements (maybe with one -1)."""
+    n = numel(shape)
+    if n == 0:
+        new = [draw(st.integers(0, 3)) for _ in range(draw(st.integers(1, 3)))]
+        new[draw(st.integers(0, len(new) - 1))] = 0
+        return tuple(new)
+    factors = []
+    m, p = n, 2
+    while m > 1:
+        while m % p == 0:
+            factors.append(p)
+            m //= p
+        p += 1
+    ndim = draw(st.integers(0 if n == 1 else 1, 4))
+    new = [1] * max(ndim, 1)
+    for f in factors:
+        new[draw(st.integers(0, len(new) - 1))] *= f
+    if ndim == 0:
+        new = []
+    if new and allow_infer and draw(st.booleans()):
+        new[draw(st.integers(0, len(new) - 1))] = -1
+    return tuple(new)
+
+
+def resolve(shape, n):
+    """``shape`` with a -1 replaced, as NumPy resolves it."""
+    return np.empty(n, np.int8).reshape(shape).shape
+
+
+# ---- random expression trees --------------------------------------------------------
+
+class MT:
+    """The minitorch_exp spelling of each function a tree uses."""
+
+    exp, log, sqrt, tanh, sigmoid = mt_exp, mt_log, mt_sqrt, mt_tanh, mt_sigmoid
+    relu, maximum, minimum, where = mt_relu, mt_maximum, mt_minimum, mt_where
+
+    @staticmethod
+    def clip(x, lo, hi):
+        return x.clip(lo, hi)
+
+    @staticmethod
+    def expand_dims(x, axis):
+        return x.unsqueeze(axis)
+
+    @staticmethod
+    def squeeze(x, axis):
+        return x.squeeze(axis)
+
+    @staticmethod
+    def broadcast_to(x, shape):
+        return x.broadcast_to(shape)
+
+
+class NP:
+    """The NumPy reference for each function a tree uses."""
+
+    exp, log, sqrt, tanh = np.exp, np.log, np.sqrt, np.tanh
+    maximum, minimum, where = np.maximum, np.minimum, np.where
+
+    @staticmethod
+    def sigmoid(x):
+        with np.errstate(all="ignore"):
+            return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x)))
+
+    @staticmethod
+    def relu(x):
+        return np.maximum(x, 0)
+
+    @staticmethod
+    def clip(x, lo, hi):
+        return np.minimum(np.maximum(x, lo), hi)
+
+    @staticmethod
+    def expand_dims(x, axis):
+        return np.expand_dims(x, axis)
+
+    @staticmethod
+    def squeeze(x, axis):
+        return np.squeeze(x, axis)
+
+    @staticmethod
+    def broadcast_to(x, shape):
+        return np.broadcast_to(x, shape)
+
+
+class Tree:
+    """A random expression: ``build(ns, leaves)`` spells it in ``MT`` or ``NP``.
+
+    ``shape`` is its static (broadcast) shape, ``bound`` a bound on |value|,
+    ``scale`` the largest bound of any node (for tolerances), ``is_int`` whether
+    every value on the way is integral (so casts to ints are exact).
+    """
+
+    def __init__(self, fn, shape, bound, is_int, children=(), text="?"):
+        self.fn, self.shape, self.bound, self.is_int = fn, tuple(shape), bound, is_int
+        self.scale = max([bound] + [c.scale for c in children])
+        self.text = text
+
+    def build(self, ns, leaves):
+        return self.fn(ns, leaves)
+
+    def __repr__(self):
+        return self.text
+
+
+class TreeInputs:
+    """The leaves of one tree: NumPy arrays and the Tensors sharing their memory."""
+
+    def __init__(self):
+        self.arrays: list[np.ndarray] = []
+        self.tensors: list = []
+
+    def add(self, arr) -> int:
+        self.arrays.append(arr)
+        self.tensors.append(from_numpy(arr))
+        return len(self.arrays) - 1
+
+    def build(self, tree: Tree):
+        """(minitorch_exp expression, NumPy value) for ``tree``."""
+        with np.errstate(all="ignore"):
+            ref = tree.build(NP, self.arrays)
+        return tree.build(MT, self.tensors), ref
+
+
+def _bshape(*shapes):
+    return np.broadcast_shapes(*shapes)
+
+
+def _leaf(draw, inputs: TreeInputs, shape, dtypes=NUMERIC, strided=None) -> Tree:
+    dtype = draw(st.sampled_from(dtypes))
+    leaf_shape = draw(broadcastable_to(shape))
+    i = inputs.add(draw(arrays(leaf_shape, dtype, strided=strided)))
+    return Tree(lambda ns, L: L[i], leaf_shape, 3.0, dtype.kind in "iu",
+                text=f"x{i}{leaf_shape}{dtype.name}")
+
+
+def _scalar(draw, nonzero=False):
+    if draw(st.booleans()):
+        v = draw(st.integers(-3, 3).filter(lambda x: x != 0 or not nonzero))
+    else:
+        v = draw(st.floats(-2.5, 2.5).filter(lambda x: abs(x) >= 0.5 or not nonzero))
+    return v
+
+
+def _cond(draw, inputs: TreeInputs, shape) -> Tree:
+    """A bool condition built from leaves only (exact values, so no branch flips)."""
+    a = _leaf(draw, inputs, shape)
+    op = draw(st.sampled_from(["<", "<=", ">", ">=", "==", "!="]))
+    if draw(st.booleans()):
+        b = _leaf(draw, inputs, shape)
+        bshape = _bshape(a.shape, b.shape)
+    else:
+        s = draw(st.integers(-2, 2))
+        b = Tree(lambda ns, L, s=s: s, (), 2, True, text=str(s))
+        bshape = a.shape
+    cmp = {"<": lambda x, y: x < y, "<=": lambda x, y: x <= y, ">": lambda x, y: x > y,
+           ">=": lambda x, y: x >= y, "==": lambda x, y: x == y, "!=": lambda x, y: x != y}[op]
+    cond = Tree(lambda ns, L: cmp(a.build(ns, L), b.build(ns, L)), bshape, 1, True,
+                text=f"({a} {op} {b})")
+    combine = draw(st.sampled_from(["", "", "not", "and", "or"]))
+    if combine == "not":
+        return Tree(lambda ns, L: ~cond.build(ns, L), cond.shape, 1, True, text=f"~{cond}")
+    if combine in ("and", "or"):
+        other = _leaf(draw, inputs, shape)
+        f = (lambda x, y: x & y) if combine == "and" else (lambda x, y: x | y)
+        return Tree(lambda ns, L: f(cond.build(ns, L), other.build(ns, L) > 0),
+                    _bshape(cond.shape, other.shape), 1, True,
+                    text=f"({cond} {combine} {other} > 0)")
+    return cond
+
+
+UNARY = ["neg", "abs", "relu", "tanh", "sigmoid", "exp", "log", "sqrt", "astype", "pow"]
+BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow2"]
+OTHER = ["scalar", "where", "clip", "view"]
+
+
+def gen_tree(draw, inputs: TreeInputs, shape, depth: int, dtypes=NUMERIC,
+             views: bool = True) -> Tree:
+    """Draw a random expression of static shape broadcastable to ``shape``."""
+    if depth <= 0 or draw(st.integers(0, 4)) == 0:
+        return _leaf(draw, inputs, shape, dtypes)
+    kinds = UNARY + BINARY + OTHER if views else UNARY + BINARY + OTHER[:-1]
+    kind = draw(st.sampled_from(kinds))
+
+    def sub(target=shape):
+        return gen_tree(draw, inputs, target, depth - 1, dtypes, views)
+
+    if kind in UNARY:
+        return _unary(draw, kind, sub())
+    if kind in BINARY:
+        return _binary(draw, kind, sub(), sub())
+    if kind == "scalar":
+        return _with_scalar(draw, sub())
+    if kind == "where":
+        c, a, b = _cond(draw, inputs, shape), sub(), sub()
+        return Tree(lambda ns, L: ns.where(c.build(ns, L), a.build(ns, L), b.build(ns, L)),
+                    _bshape(c.shape, a.shape, b.shape), max(a.bound, b.bound),
+                    a.is_int and b.is_int, (a, b), f"where({c}, {a}, {b})")
+    if kind == "clip":
+        a = sub()
+        lo, hi = sorted([_scalar(draw), _scalar(draw)])
+        return Tree(lambda ns, L: ns.clip(a.build(ns, L), lo, hi), a.shape,
+                    max(abs(lo), abs(hi)), a.is_int and all(isinstance(v, int) for v in (lo, hi)),
+                    (a,), f"clip({a}, {lo}, {hi})")
+    return _view(draw, shape, sub)
+
+
+def _unary(draw, kind, a: Tree) -> Tree:
+    B = a.bound
+    if kind == "exp" and B > 8:
+        kind = "tanh"
+    if kind == "pow" and B ** 3 > 1e6:
+        kind = "abs"
+    if kind == "neg":
+        return Tree(lambda ns, L: -a.build(ns, L), a.shape, B, a.is_int, (a,), f"-{a}")
+    if kind == "abs":
+        return Tree(lambda ns, L: abs(a.build(ns, L)), a.shape, B, a.is_int, (a,), f"|{a}|")
+    if kind == "relu":
+        return Tree(lambda ns, L: ns.relu(a.build(ns, L)), a.shape, B, a.is_int, (a,),
+                    f"relu({a})")
+    if kind in ("tanh", "sigmoid"):
+        return Tree(lambda ns, L: getattr(ns, kind)(a.build(ns, L)), a.shape, 1.0, False, (a,),
+                    f"{kind}({a})")
+    if kind == "exp":
+        return Tree(lambda ns, L: ns.exp(a.build(ns, L)), a.shape, math.exp(B), False, (a,),
+                    f"exp({a})")
+    if kind in ("log", "sqrt"):
+        # Positive inputs only: log(|a| + 0.5), sqrt(|a| + 0.5).
+        return Tree(lambda ns, L: getattr(ns, kind)(abs(a.build(ns, L)) + 0.5), a.shape,
+                    max(B + 0.5, 1.0), False, (a,), f"{kind}(|{a}| + 0.5)")
+    if kind == "pow":
+        k = draw(st.sampled_from([2, 3]))
+        return Tree(lambda ns, L: a.build(ns, L) ** k, a.shape, B ** k, a.is_int, (a,),
+                    f"{a} ** {k}")
+    # astype: to an int dtype only when the values are integral (exact).
+    choices = list(NUMERIC) if a.is_int else list(FLOATS)
+    dtype = draw(st.sampled_from(choices))
+    return Tree(lambda ns, L: a.build(ns, L).astype(dtype), a.shape, B, a.is_int, (a,),
+                f"{a}.astype({dtype.name})")
+
+
+def _binary(draw, kind, a: Tree, b: Tree) -> Tree:
+    shape = _bshape(a.shape, b.shape)
+    Ba, Bb = a.bound, b.bound
+    if kind == "mul" and Ba * Bb > 1e6:
+        kind = "add"
+    both_int = a.is_int and b.is_int
+    if kind in ("add", "sub"):
+        f = (lambda x, y: x + y) if kind == "add" else (lambda x, y: x - y)
+        return Tree(lambda ns, L: f(a.build(ns, L), b.build(ns, L)), shape, Ba + Bb, both_int,
+                    (a, b), f"({a} {'+' if kind == 'add' else '-'} {b})")
+    if kind == "mul":
+        return Tree(lambda ns, L: a.build(ns, L) * b.build(ns, L), shape, Ba * Bb, both_int,
+                    (a, b), f"({a} * {b})")
+    if kind == "div":
+        # Denominator kept away from 0.
+        return Tree(lambda ns, L: a.build(ns, L) / (abs(b.build(ns, L)) + 0.5), shape,
+                    2 * Ba, False, (a, b), f"({a} / (|{b}| + 0.5))")
+    if kind in ("maximum", "minimum"):
+        return Tree(lambda ns, L: getattr(ns, kind)(a.build(ns, L), b.build(ns, L)), shape,
+                    max(Ba, Bb), both_int, (a, b), f"{kind}({a}, {b})")
+    # pow2: a tensor exponent in (-1, 1) on a positive base.
+    return Tree(lambda ns, L: (abs(a.build(ns, L)) + 0.5) ** ns.tanh(b.build(ns, L)), shape,
+                max(Ba + 0.5, 2.0), False, (a, b), f"(|{a}| + 0.5) ** tanh({b})")
+
+
+def _with_scalar(draw, a: Tree) -> Tree:
+    kind = draw(st.sampled_from(["radd", "add", "rsub", "sub", "mul", "rmul", "div", "rdiv"]))
+    s = _scalar(draw, nonzero=kind == "div")
+    B = a.bound
+    is_int = a.is_int and isinstance(s, int)
+    if kind in ("mul", "rmul") and B * abs(s) > 1e6:
+        kind = "add"
+    fns = {
+        "radd": (lambda x: s + x, B + abs(s), is_int),
+        "add": (lambda x: x + s, B + abs(s), is_int),
+        "rsub": (lambda x: s - x, B + abs(s), is_int),
+        "sub": (lambda x: x - s, B + abs(s), is_int),
+        "mul": (lambda x: x * s, B * max(abs(s), 1), is_int),
+        "rmul": (lambda x: s * x, B * max(abs(s), 1), is_int),
+        "div": (lambda x: x / s, 2 * B, False),
+        "rdiv": (lambda x: s / (abs(x) + 0.5), 2 * abs(s) + 1, False),
+    }
+    f, bound, res_int = fns[kind]
+    return Tree(lambda ns, L: f(a.build(ns, L)), a.shape, bound, res_int, (a,),
+                f"{kind}({a}, {s!r})")
+
+
+def _view(draw, shape, sub) -> Tree:
+    """A view of an expression whose result has (static) shape ``shape``.
+
+    The child is drawn for the pre-view shape and, when its own static shape is
+    smaller, broadcast to it first -- itself a view of an expression.
+    """
+    ndim = len(shape)
+    kinds = ["reshape", "squeeze", "broadcast", "expand"]
+    if ndim >= 2:
+        kinds += ["permute", "T", "transpose"]
+    if any(n == 1 for n in shape):
+        kinds.append("unsqueeze")
+    kind = draw(st.sampled_from(kinds))
+
+    def child(before) -> Tree:
+        a = sub(before)
+        if a.shape == tuple(before):
+            return a
+        return Tree(lambda ns, L: ns.broadcast_to(a.build(ns, L), before), before, a.bound,
+                    a.is_int, (a,), f"{a}.broadcast_to{tuple(before)}")
+
+    def node(a: Tree, fn, what: str) -> Tree:
+        return Tree(lambda ns, L: fn(ns, a.build(ns, L)), shape, a.bound, a.is_int, (a,),
+                    f"{a}.{what}")
+
+    if kind in ("permute", "T", "transpose"):
+        if kind == "T":
+            perm = tuple(reversed(range(ndim)))
+        elif kind == "transpose":
+            i, j = draw(st.integers(0, ndim - 1)), draw(st.integers(0, ndim - 1))
+            perm = list(range(ndim))
+            perm[i], perm[j] = perm[j], perm[i]
+            perm = tuple(perm)
+        else:
+            perm = tuple(draw(st.permutations(range(ndim))))
+        inv = np.argsort(perm)
+        a = child(tuple(shape[inv[d]] for d in range(ndim)))
+
+        def permuted(ns, x):
+            if kind == "T":
+                return x.T
+            if kind == "transpose":
+                return x.transpose(i, j) if ns is MT else np.swapaxes(x, i, j)
+            return x.permute(*perm) if ns is MT else x.transpose(perm)
+        return node(a, permuted, f"{kind}{perm}")
+    if kind == "reshape":
+        a = child((numel(shape),))
+        return node(a, lambda ns, x: x.reshape(shape), f"reshape{shape}")
+    if kind == "unsqueeze":
+        axis = draw(st.sampled_from([d for d, n in enumerate(shape) if n == 1]))
+        a = child(shape[:axis] + shape[axis + 1:])
+        return node(a, lambda ns, x: ns.expand_dims(x, axis), f"unsqueeze({axis})")
+    if kind == "squeeze":
+        axis = draw(st.integers(0, ndim))
+        a = child(shape[:axis] + (1,) + shape[axis:])
+        return node(a, lambda ns, x: ns.squeeze(x, axis), f"squeeze({axis})")
+    # broadcast / expand: a smaller child stretched to ``shape``.
+    a = child(draw(broadcastable_to(shape)))
+    if kind == "broadcast":
+        return node(a, lambda ns, x: ns.broadcast_to(x, shape), f"broadcast_to{shape}")
+    lead = len(shape) - len(a.shape)
+    spec = tuple(-1 if d >= lead and a.shape[d - lead] == n and draw(st.booleans()) else n
+                 for d, n in enumerate(shape))
+    return node(a, lambda ns, x: x.expand(*spec) if ns is MT else np.broadcast_to(x, shape),
+                f"expand{spec}")
+
+
+@st.composite
+def expr_cases(draw, max_depth: int = 5, shape=None, dtypes=NUMERIC, views: bool = True,
+               max_side: int = 3):
+    """(expression, NumPy value, tree, inputs) for a random tree over random leaves."""
+    if shape is None:
+        shape = draw(shapes(0, 4, 0, max_side))
+    inputs = TreeInputs()
+    tree = gen_tree(draw, inputs, shape, draw(st.integers(1, max_depth)), dtypes, views)
+    e, ref = inputs.build(tree)
+    return e, ref, tree, inputs
