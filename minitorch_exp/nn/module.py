@@ -119,14 +119,17 @@ class Module:
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys "
                            f"{unexpected} for {type(self).__name__}")
-        for name, value in state.items():
+        arrays = {}
+        for name, value in state.items():  # check every shape before writing any
             if name not in params:
                 continue
             arr = np.asarray(value.numpy() if isinstance(value, Node) else value)
-            p = params[name]
-            if arr.shape != p.shape:
+            if arr.shape != params[name].shape:
                 raise ValueError(f"load_state_dict: {name} has shape {arr.shape} in the "
-                                 f"checkpoint but {p.shape} in the model")
+                                 f"checkpoint but {params[name].shape} in the model")
+            arrays[name] = arr
+        for name, arr in arrays.items():
+            p = params[name]
             p.value[...] = from_array(np.ascontiguousarray(arr, dtype=p.dtype)).to(p.device)
 
     def to(self, device) -> Module:

@@ -58,10 +58,11 @@ def random_values(rng: np.random.Generator, shape, dtype, lo=-3.0, hi=3.0) -> np
     """Values in ``[lo, hi]`` of the given dtype (bools: fair coin flips)."""
     dtype = np.dtype(dtype)
     if dtype.kind == "b":
-        return rng.random(shape) < 0.5
+        return np.asarray(rng.random(shape) < 0.5)
     if dtype.kind in "iu":
-        return rng.integers(int(math.ceil(lo)), int(math.floor(hi)) + 1, size=shape).astype(dtype)
-    return rng.uniform(lo, hi, size=shape).astype(dtype)
+        return np.asarray(rng.integers(int(math.ceil(lo)), int(math.floor(hi)) + 1,
+                                       size=shape)).astype(dtype)
+    return np.asarray(rng.uniform(lo, hi, size=shape)).astype(dtype)
 
 
 def strided_copy(arr: np.ndarray, perm, steps, pad: int = 1) -> np.ndarray:
@@ -77,7 +78,7 @@ def strided_copy(arr: np.ndarray, perm, steps, pad: int = 1) -> np.ndarray:
             index.append(slice(pad, pad + n * s, s))
         else:
             index.append(slice(pad + n * -s - 1, pad - 1, s))
-    view = buf[tuple(index)].transpose(np.argsort(perm))
+    view = buf[tuple(index) + (Ellipsis,)].transpose(np.argsort(perm))
     assert view.shape == shape
     view[...] = arr
     return view
@@ -334,46 +335,85 @@ class TreeInputs:
         return tree.build(MT, self.tensors), ref
 
 
+class Rand:
+    """Choices for building a tree, from a seeded NumPy generator.
+
+    Trees are drawn this way rather than through hypothesis's own draws: it
+    gives deep, varied trees on every example (hypothesis favours tiny ones),
+    and a failure still reproduces from its seed and prints its tree.
+    """
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def choice(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def integer(self, lo: int, hi: int) -> int:
+        return int(self.rng.integers(lo, hi + 1))
+
+    def boolean(self) -> bool:
+        return bool(self.rng.integers(2))
+
+    def permutation(self, n: int) -> tuple[int, ...]:
+        return tuple(int(i) for i in self.rng.permutation(n))
+
+    def bshape(self, shape) -> tuple[int, ...]:
+        """A shape broadcastable to ``shape``."""
+        lead = self.integer(0, len(shape))
+        return tuple(1 if self.integer(0, 3) == 0 else n for n in shape[lead:])
+
+    def array(self, shape, dtype, strided=None) -> np.ndarray:
+        arr = random_values(self.rng, shape, dtype)
+        if strided is None:
+            strided = self.boolean()
+        if strided:
+            perm = self.permutation(len(shape))
+            steps = tuple(self.choice([1, 2, -1, -2, 3]) for _ in shape)
+            arr = strided_copy(arr, perm, steps)
+        return arr
+
+
 def _bshape(*shapes):
     return np.broadcast_shapes(*shapes)
 
 
-def _leaf(draw, inputs: TreeInputs, shape, dtypes=NUMERIC, strided=None) -> Tree:
-    dtype = draw(st.sampled_from(dtypes))
-    leaf_shape = draw(broadcastable_to(shape))
-    i = inputs.add(draw(arrays(leaf_shape, dtype, strided=strided)))
+def _leaf(r, inputs: TreeInputs, shape, dtypes=NUMERIC, strided=None) -> Tree:
+    dtype = r.choice(dtypes)
+    leaf_shape = r.bshape(shape)
+    i = inputs.add(r.array(leaf_shape, dtype, strided))
     return Tree(lambda ns, L: L[i], leaf_shape, 3.0, dtype.kind in "iu",
                 text=f"x{i}{leaf_shape}{dtype.name}")
 
 
-def _scalar(draw, nonzero=False):
-    if draw(st.booleans()):
-        v = draw(st.integers(-3, 3).filter(lambda x: x != 0 or not nonzero))
-    else:
-        v = draw(st.floats(-2.5, 2.5).filter(lambda x: abs(x) >= 0.5 or not nonzero))
-    return v
+def _scalar(r, nonzero=False):
+    """A Python int in [-3, 3] or float in [-2.5, 2.5] (|s| >= 0.5 with ``nonzero``)."""
+    while True:
+        v = r.integer(-3, 3) if r.boolean() else round(float(r.rng.uniform(-2.5, 2.5)), 3)
+        if not nonzero or abs(v) >= 0.5:
+            return v
 
 
-def _cond(draw, inputs: TreeInputs, shape) -> Tree:
+def _cond(r, inputs: TreeInputs, shape) -> Tree:
     """A bool condition built from leaves only (exact values, so no branch flips)."""
-    a = _leaf(draw, inputs, shape)
-    op = draw(st.sampled_from(["<", "<=", ">", ">=", "==", "!="]))
-    if draw(st.booleans()):
-        b = _leaf(draw, inputs, shape)
+    a = _leaf(r, inputs, shape)
+    op = r.choice(["<", "<=", ">", ">=", "==", "!="])
+    if r.boolean():
+        b = _leaf(r, inputs, shape)
         bshape = _bshape(a.shape, b.shape)
     else:
-        s = draw(st.integers(-2, 2))
+        s = r.integer(-2, 2)
         b = Tree(lambda ns, L, s=s: s, (), 2, True, text=str(s))
         bshape = a.shape
     cmp = {"<": lambda x, y: x < y, "<=": lambda x, y: x <= y, ">": lambda x, y: x > y,
            ">=": lambda x, y: x >= y, "==": lambda x, y: x == y, "!=": lambda x, y: x != y}[op]
     cond = Tree(lambda ns, L: cmp(a.build(ns, L), b.build(ns, L)), bshape, 1, True,
                 text=f"({a} {op} {b})")
-    combine = draw(st.sampled_from(["", "", "not", "and", "or"]))
+    combine = r.choice(["", "", "not", "and", "or"])
     if combine == "not":
         return Tree(lambda ns, L: ~cond.build(ns, L), cond.shape, 1, True, text=f"~{cond}")
     if combine in ("and", "or"):
-        other = _leaf(draw, inputs, shape)
+        other = _leaf(r, inputs, shape)
         f = (lambda x, y: x & y) if combine == "and" else (lambda x, y: x | y)
         return Tree(lambda ns, L: f(cond.build(ns, L), other.build(ns, L) > 0),
                     _bshape(cond.shape, other.shape), 1, True,
@@ -383,41 +423,41 @@ def _cond(draw, inputs: TreeInputs, shape) -> Tree:
 
 UNARY = ["neg", "abs", "relu", "tanh", "sigmoid", "exp", "log", "sqrt", "astype", "pow"]
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow2"]
-OTHER = ["scalar", "where", "clip", "view"]
+OTHER = ["scalar", "scalar", "where", "clip", "view", "view", "view"]
 
 
-def gen_tree(draw, inputs: TreeInputs, shape, depth: int, dtypes=NUMERIC,
-             views: bool = True) -> Tree:
+def gen_tree(r, inputs: TreeInputs, shape, depth: int, dtypes=NUMERIC,
+             views: bool = True, root: bool = True) -> Tree:
     """Draw a random expression of static shape broadcastable to ``shape``."""
-    if depth <= 0 or draw(st.integers(0, 4)) == 0:
-        return _leaf(draw, inputs, shape, dtypes)
-    kinds = UNARY + BINARY + OTHER if views else UNARY + BINARY + OTHER[:-1]
-    kind = draw(st.sampled_from(kinds))
+    if depth <= 0 or (not root and r.integer(0, 5) == 0):
+        return _leaf(r, inputs, shape, dtypes)
+    kinds = UNARY + BINARY + [k for k in OTHER if views or k != "view"]
+    kind = r.choice(kinds)
 
     def sub(target=shape):
-        return gen_tree(draw, inputs, target, depth - 1, dtypes, views)
+        return gen_tree(r, inputs, target, depth - 1, dtypes, views, root=False)
 
     if kind in UNARY:
-        return _unary(draw, kind, sub())
+        return _unary(r, kind, sub())
     if kind in BINARY:
-        return _binary(draw, kind, sub(), sub())
+        return _binary(r, kind, sub(), sub())
     if kind == "scalar":
-        return _with_scalar(draw, sub())
+        return _with_scalar(r, sub())
     if kind == "where":
-        c, a, b = _cond(draw, inputs, shape), sub(), sub()
+        c, a, b = _cond(r, inputs, shape), sub(), sub()
         return Tree(lambda ns, L: ns.where(c.build(ns, L), a.build(ns, L), b.build(ns, L)),
                     _bshape(c.shape, a.shape, b.shape), max(a.bound, b.bound),
                     a.is_int and b.is_int, (a, b), f"where({c}, {a}, {b})")
     if kind == "clip":
         a = sub()
-        lo, hi = sorted([_scalar(draw), _scalar(draw)])
+        lo, hi = sorted([_scalar(r), _scalar(r)])
         return Tree(lambda ns, L: ns.clip(a.build(ns, L), lo, hi), a.shape,
                     max(abs(lo), abs(hi)), a.is_int and all(isinstance(v, int) for v in (lo, hi)),
                     (a,), f"clip({a}, {lo}, {hi})")
-    return _view(draw, shape, sub)
+    return _view(r, shape, sub)
 
 
-def _unary(draw, kind, a: Tree) -> Tree:
+def _unary(r, kind, a: Tree) -> Tree:
     B = a.bound
     if kind == "exp" and B > 8:
         kind = "tanh"
@@ -441,17 +481,17 @@ def _unary(draw, kind, a: Tree) -> Tree:
         return Tree(lambda ns, L: getattr(ns, kind)(abs(a.build(ns, L)) + 0.5), a.shape,
                     max(B + 0.5, 1.0), False, (a,), f"{kind}(|{a}| + 0.5)")
     if kind == "pow":
-        k = draw(st.sampled_from([2, 3]))
+        k = r.choice([2, 3])
         return Tree(lambda ns, L: a.build(ns, L) ** k, a.shape, B ** k, a.is_int, (a,),
                     f"{a} ** {k}")
     # astype: to an int dtype only when the values are integral (exact).
     choices = list(NUMERIC) if a.is_int else list(FLOATS)
-    dtype = draw(st.sampled_from(choices))
+    dtype = r.choice(choices)
     return Tree(lambda ns, L: a.build(ns, L).astype(dtype), a.shape, B, a.is_int, (a,),
                 f"{a}.astype({dtype.name})")
 
 
-def _binary(draw, kind, a: Tree, b: Tree) -> Tree:
+def _binary(r, kind, a: Tree, b: Tree) -> Tree:
     shape = _bshape(a.shape, b.shape)
     Ba, Bb = a.bound, b.bound
     if kind == "mul" and Ba * Bb > 1e6:
@@ -476,9 +516,9 @@ def _binary(draw, kind, a: Tree, b: Tree) -> Tree:
                 max(Ba + 0.5, 2.0), False, (a, b), f"(|{a}| + 0.5) ** tanh({b})")
 
 
-def _with_scalar(draw, a: Tree) -> Tree:
-    kind = draw(st.sampled_from(["radd", "add", "rsub", "sub", "mul", "rmul", "div", "rdiv"]))
-    s = _scalar(draw, nonzero=kind == "div")
+def _with_scalar(r, a: Tree) -> Tree:
+    kind = r.choice(["radd", "add", "rsub", "sub", "mul", "rmul", "div", "rdiv"])
+    s = _scalar(r, nonzero=kind == "div")
     B = a.bound
     is_int = a.is_int and isinstance(s, int)
     if kind in ("mul", "rmul") and B * abs(s) > 1e6:
@@ -498,7 +538,7 @@ def _with_scalar(draw, a: Tree) -> Tree:
                 f"{kind}({a}, {s!r})")
 
 
-def _view(draw, shape, sub) -> Tree:
+def _view(r, shape, sub) -> Tree:
     """A view of an expression whose result has (static) shape ``shape``.
 
     The child is drawn for the pre-view shape and, when its own static shape is
@@ -510,7 +550,7 @@ def _view(draw, shape, sub) -> Tree:
         kinds += ["permute", "T", "transpose"]
     if any(n == 1 for n in shape):
         kinds.append("unsqueeze")
-    kind = draw(st.sampled_from(kinds))
+    kind = r.choice(kinds)
 
     def child(before) -> Tree:
         a = sub(before)
@@ -527,12 +567,12 @@ def _view(draw, shape, sub) -> Tree:
         if kind == "T":
             perm = tuple(reversed(range(ndim)))
         elif kind == "transpose":
-            i, j = draw(st.integers(0, ndim - 1)), draw(st.integers(0, ndim - 1))
+            i, j = r.integer(0, ndim - 1), r.integer(0, ndim - 1)
             perm = list(range(ndim))
             perm[i], perm[j] = perm[j], perm[i]
             perm = tuple(perm)
         else:
-            perm = tuple(draw(st.permutations(range(ndim))))
+            perm = tuple(r.permutation(ndim))
         inv = np.argsort(perm)
         a = child(tuple(shape[inv[d]] for d in range(ndim)))
 
@@ -547,19 +587,19 @@ def _view(draw, shape, sub) -> Tree:
         a = child((numel(shape),))
         return node(a, lambda ns, x: x.reshape(shape), f"reshape{shape}")
     if kind == "unsqueeze":
-        axis = draw(st.sampled_from([d for d, n in enumerate(shape) if n == 1]))
+        axis = r.choice([d for d, n in enumerate(shape) if n == 1])
         a = child(shape[:axis] + shape[axis + 1:])
         return node(a, lambda ns, x: ns.expand_dims(x, axis), f"unsqueeze({axis})")
     if kind == "squeeze":
-        axis = draw(st.integers(0, ndim))
+        axis = r.integer(0, ndim)
         a = child(shape[:axis] + (1,) + shape[axis:])
         return node(a, lambda ns, x: ns.squeeze(x, axis), f"squeeze({axis})")
     # broadcast / expand: a smaller child stretched to ``shape``.
-    a = child(draw(broadcastable_to(shape)))
+    a = child(r.bshape(shape))
     if kind == "broadcast":
         return node(a, lambda ns, x: ns.broadcast_to(x, shape), f"broadcast_to{shape}")
     lead = len(shape) - len(a.shape)
-    spec = tuple(-1 if d >= lead and a.shape[d - lead] == n and draw(st.booleans()) else n
+    spec = tuple(-1 if d >= lead and a.shape[d - lead] == n and r.boolean() else n
                  for d, n in enumerate(shape))
     return node(a, lambda ns, x: x.expand(*spec) if ns is MT else np.broadcast_to(x, shape),
                 f"expand{spec}")
@@ -570,8 +610,11 @@ def expr_cases(draw, max_depth: int = 5, shape=None, dtypes=NUMERIC, views: bool
                max_side: int = 3):
     """(expression, NumPy value, tree, inputs) for a random tree over random leaves."""
     if shape is None:
-        shape = draw(shapes(0, 4, 0, max_side))
+        # Mostly non-empty: a size-0 dim anywhere makes the whole tree empty.
+        side = st.sampled_from(list(range(1, max_side + 1)) * 3 + [0])
+        shape = tuple(draw(st.lists(side, max_size=4)))
+    r = Rand(draw(st.integers(0, 2**32 - 1)))
     inputs = TreeInputs()
-    tree = gen_tree(draw, inputs, shape, draw(st.integers(1, max_depth)), dtypes, views)
+    tree = gen_tree(r, inputs, shape, r.integer(1, max_depth), dtypes, views)
     e, ref = inputs.build(tree)
     return e, ref, tree, inputs

@@ -1,0 +1,299 @@
+"""Expression templates against NumPy: random trees, dtype promotion, evaluation entry points."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minitorch_exp.tensor import (
+    Exp,
+    Tensor,
+    apply_op,
+    clip,
+    exp,
+    from_numpy,
+    log,
+    maximum,
+    minimum,
+    relu,
+    sigmoid,
+    sqrt,
+    tanh,
+    tensor,
+    where,
+)
+
+from .strategies import (
+    ALL_DTYPES,
+    NUMERIC,
+    assert_matches,
+    block_size,
+    expr_cases,
+    tensor_pairs,
+)
+
+# ---- random trees ------------------------------------------------------------------
+
+
+@settings(max_examples=250, deadline=None)
+@given(case=expr_cases(), block=st.sampled_from([None, None, 1, 5]))
+def test_random_tree_matches_numpy(case, block):
+    e, ref, tree, _ = case
+    assert e.shape == np.shape(ref), tree
+    assert e.dtype == np.asarray(ref).dtype, tree
+    with block_size(block):
+        out = e.eval()
+    assert isinstance(out, Tensor)
+    assert_matches(out, ref, scale=tree.scale)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=expr_cases(max_depth=3), data=st.data())
+def test_tree_evaluated_into_strided_destination(case, data):
+    """The same tree written into a reversed, gapped view of a bigger buffer."""
+    e, ref, tree, _ = case
+    ref = np.asarray(ref)
+    big = np.zeros(tuple(2 * n + 1 for n in ref.shape), ref.dtype)
+    idx = tuple(slice(2 * n, 0, -2) for n in ref.shape)
+    expected = big.copy()
+    expected[idx] = ref
+    t = from_numpy(big)
+    block = data.draw(st.sampled_from([None, 2]))
+    with block_size(block):
+        t[idx] = e
+    assert_matches(t, expected, scale=tree.scale)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=expr_cases(max_depth=4, dtypes=(np.dtype(np.float64),)))
+def test_float64_trees_are_tight(case):
+    e, ref, tree, _ = case
+    assert_matches(e.eval(), ref, scale=tree.scale)
+
+
+# ---- every built-in op, one at a time ------------------------------------------------
+
+UNARY_FNS = [
+    ("neg", lambda x: -x, lambda x: -x),
+    ("abs", abs, np.abs),
+    ("exp", exp, np.exp),
+    ("log", lambda x: log(abs(x) + 0.25), lambda x: np.log(np.abs(x) + 0.25)),
+    ("sqrt", lambda x: sqrt(abs(x)), lambda x: np.sqrt(np.abs(x))),
+    ("tanh", tanh, np.tanh),
+    ("sigmoid", sigmoid, lambda x: 1 / (1 + np.exp(-x))),
+    ("relu", relu, lambda x: np.maximum(x, 0)),
+    ("sign", lambda x: x.sign(), np.sign),
+    ("method_exp", lambda x: x.exp(), np.exp),
+    ("method_relu", lambda x: x.relu(), lambda x: np.maximum(x, 0)),
+]
+
+
+@pytest.mark.parametrize("name,fn,ref", UNARY_FNS, ids=[u[0] for u in UNARY_FNS])
+@settings(max_examples=15, deadline=None)
+@given(pair=tensor_pairs())
+def test_unary_op_matches_numpy(name, fn, ref, pair):
+    t, a = pair
+    assert_matches(fn(t), ref(a))
+
+
+BINARY_FNS = [
+    ("add", lambda x, y: x + y),
+    ("sub", lambda x, y: x - y),
+    ("mul", lambda x, y: x * y),
+    ("maximum", None),
+    ("minimum", None),
+    ("lt", lambda x, y: x < y),
+    ("le", lambda x, y: x <= y),
+    ("gt", lambda x, y: x > y),
+    ("ge", lambda x, y: x >= y),
+    ("eq", lambda x, y: x == y),
+    ("ne", lambda x, y: x != y),
+]
+
+
+@pytest.mark.parametrize("name,fn", BINARY_FNS, ids=[b[0] for b in BINARY_FNS])
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_binary_op_broadcasts_like_numpy(name, fn, data):
+    shape = data.draw(st.lists(st.integers(0, 3), max_size=3).map(tuple))
+    t1, a1 = data.draw(tensor_pairs(shape=shape))
+    lead = data.draw(st.integers(0, len(shape)))
+    other = tuple(1 if data.draw(st.booleans()) else n for n in shape[lead:])
+    t2, a2 = data.draw(tensor_pairs(shape=other))
+    if fn is None:
+        mt_fn = {"maximum": maximum, "minimum": minimum}[name]
+        np_fn = {"maximum": np.maximum, "minimum": np.minimum}[name]
+    else:
+        mt_fn = np_fn = fn
+    assert_matches(mt_fn(t1, t2), np_fn(a1, a2))
+    assert_matches(mt_fn(t2, t1), np_fn(a2, a1))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_division_and_power_match_numpy(data):
+    t1, a1 = data.draw(tensor_pairs())
+    t2, a2 = data.draw(tensor_pairs(shape=a1.shape, lo=0.5, hi=2.0))
+    assert_matches(t1 / t2, a1 / a2)
+    assert_matches((abs(t1) + 0.5) ** (t2 - 1), (np.abs(a1) + 0.5) ** (a2 - 1))
+    assert_matches(t1 ** 2, a1 ** 2)
+    assert_matches(2.0 ** t2, 2.0 ** a2)
+    assert_matches(1 / t2, 1 / a2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_where_clip_and_logical_ops(data):
+    t, a = data.draw(tensor_pairs())
+    u, b = data.draw(tensor_pairs(shape=a.shape[1:]))
+    lo = data.draw(st.integers(-2, 0))
+    hi = data.draw(st.floats(0, 2))
+    assert_matches(where(t > 0, t, u), np.where(a > 0, a, b))
+    assert_matches(where(t > 0, 1.5, u), np.where(a > 0, 1.5, b))
+    assert_matches(where(t > u, t, 0), np.where(a > b, a, 0))
+    assert_matches(clip(t, lo, hi), np.minimum(np.maximum(a, lo), hi))
+    assert_matches(t.clip(lo, hi), np.minimum(np.maximum(a, lo), hi))
+    assert_matches((t > 0) & (u < 1), (a > 0) & (b < 1))
+    assert_matches((t > 0) | (u < 1), (a > 0) | (b < 1))
+    assert_matches(~(t > 0), ~(a > 0))
+
+
+@settings(max_examples=30, deadline=None)
+@given(pair=tensor_pairs(), dtype=st.sampled_from(ALL_DTYPES))
+def test_astype_matches_numpy(pair, dtype):
+    t, a = pair
+    assert_matches(t.astype(dtype), a.astype(dtype))
+    assert_matches((t * 2).astype(dtype), (a * 2).astype(dtype))
+
+
+def test_where_condition_need_not_be_bool():
+    a = np.array([0.0, 1.5, -2.0, 0.0])
+    assert_matches(where(from_numpy(a), 1.0, -1.0), np.where(a, 1.0, -1.0))
+
+
+def test_where_in_place_reads_before_writing():
+    """``x[...] = where(x > 0, x, 0)``: the condition and branch read x, the output is x."""
+    a = np.array([-1.0, 2.0, -3.0, 4.0])
+    t = tensor(a.copy())
+    t[...] = where(t > 0, t, 0)
+    np.testing.assert_array_equal(t.numpy(), np.where(a > 0, a, 0))
+
+
+# ---- dtype promotion: NumPy 2 with weak Python scalars ------------------------------
+
+SCALARS = [0.5, 2, True, -3, 1e10, 0]
+
+
+@pytest.mark.parametrize("dt1", ALL_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("dt2", ALL_DTYPES, ids=lambda d: d.name)
+def test_tensor_tensor_promotion_matches_numpy(dt1, dt2):
+    a, b = np.ones(3, dt1), np.ones(3, dt2)
+    ta, tb = from_numpy(a), from_numpy(b)
+    assert (ta * tb).dtype == (a * b).dtype
+    assert (ta + tb).dtype == (a + b).dtype
+    assert maximum(ta, tb).dtype == np.maximum(a, b).dtype
+    assert where(ta > 0, ta, tb).dtype == np.where(a > 0, a, b).dtype
+    assert (ta < tb).dtype == (a < b).dtype
+    if dt1.kind != "b" or dt2.kind != "b":
+        assert (ta / tb).dtype == (a / b).dtype
+        assert_matches((ta / tb).eval(), a / b)
+
+
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("s", SCALARS, ids=repr)
+def test_tensor_scalar_promotion_matches_numpy(dt, s):
+    a = np.ones(3, dt)
+    t = from_numpy(a)
+    for f in (lambda x, y: x * y, lambda x, y: y * x, lambda x, y: x + y,
+              lambda x, y: maximum(x, y) if isinstance(x, Exp) else np.maximum(x, y)):
+        try:
+            expected = f(a, s)
+        except (OverflowError, TypeError):
+            continue
+        assert_matches(f(t, s), expected)
+
+
+def test_weak_scalar_examples():
+    f32 = from_numpy(np.ones(2, np.float32))
+    i32 = from_numpy(np.ones(2, np.int32))
+    assert (f32 * 0.5).dtype == (np.ones(2, np.float32) * 0.5).dtype
+    assert (i32 * 0.5).dtype == (np.ones(2, np.int32) * 0.5).dtype
+    assert (i32 + 1).dtype == (np.ones(2, np.int32) + 1).dtype
+    assert exp(i32).dtype == np.exp(np.ones(2, np.int32)).dtype
+    assert (i32 / 2).dtype == (np.ones(2, np.int32) / 2).dtype
+
+
+def test_float_defaults_for_python_data():
+    assert tensor([1.5, 2.0]).dtype == np.float32
+    assert tensor(0.5).dtype == np.float32
+    assert tensor([1, 2]).dtype == np.int64
+    assert tensor([True]).dtype == np.bool_
+
+
+# ---- building is lazy; evaluation entry points ---------------------------------------
+
+def test_building_computes_nothing_until_evaluated():
+    a = np.arange(4.0)
+    t = from_numpy(a)
+    e = t * 2 + 1
+    assert isinstance(e, Exp) and not isinstance(e, Tensor)
+    a[:] = 10.0  # the expression reads the tensor when evaluated, not when built
+    np.testing.assert_array_equal(e.eval().numpy(), a * 2 + 1)
+
+
+def test_eval_asarray_print_and_repr():
+    a = np.array([[1.0, -2.0], [3.0, 0.25]])
+    t = from_numpy(a)
+    e = relu(t) * 2 - 1
+    ref = np.maximum(a, 0) * 2 - 1
+    out = e.eval()
+    assert isinstance(out, Tensor) and out.is_contiguous()
+    np.testing.assert_array_equal(out.numpy(), ref)
+    np.testing.assert_array_equal(np.asarray(e), ref)
+    np.testing.assert_array_equal(np.asarray(e, dtype=np.float32), ref.astype(np.float32))
+    assert str(e) == str(ref)
+    text = repr(e)
+    assert "(2, 2)" in text and "float64" in text and "cpu" in text
+    assert str(ref[0, 0]).rstrip(".0") in text
+    assert e.numpy().tolist() == ref.tolist()
+    assert e.tolist() == ref.tolist()
+    assert (t.sum() * 1).item() == pytest.approx(a.sum())
+
+
+def test_expression_truth_value():
+    t = from_numpy(np.array([1.0, 2.0]))
+    assert bool((t.sum() > 2)) == bool(np.array([1.0, 2.0]).sum() > 2)
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(t > 0)
+
+
+def test_apply_op_by_name_and_arity_errors():
+    a = np.array([1.0, -1.0])
+    t = from_numpy(a)
+    assert_matches(apply_op("tanh", t), np.tanh(a))
+    with pytest.raises(KeyError, match="no_such_op"):
+        apply_op("no_such_op", t)
+    with pytest.raises(TypeError, match="tanh takes 1"):
+        apply_op("tanh", t, t)
+
+
+def test_ops_on_scalars_only_make_a_tensor():
+    out = exp(0.5)
+    assert out.shape == ()
+    assert out.item() == pytest.approx(np.exp(0.5), rel=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=expr_cases(max_depth=3))
+def test_views_of_expressions(case):
+    """Views applied to a whole expression: pushed down to the leaves, same values."""
+    e, ref, tree, _ = case
+    ref = np.asarray(ref)
+    assert_matches(e.T, ref.T, scale=tree.scale)
+    assert_matches(e.reshape(-1), ref.reshape(-1), scale=tree.scale)
+    assert_matches(e.unsqueeze(0), ref[None], scale=tree.scale)
+    assert_matches(e.flatten(), ref.reshape(-1), scale=tree.scale)
+    if ref.ndim >= 2:
+        assert_matches(e.transpose(0, 1), np.swapaxes(ref, 0, 1), scale=tree.scale)
