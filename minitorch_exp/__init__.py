@@ -29,6 +29,9 @@ from .node import (
     zeros,
     zeros_like,
 )
+from .node.anomaly import detect_anomaly
+from .node.graph import draw as draw_graph
+from .node.graph import to_dot
 from .node.ops import (
     abs,
     amax,
@@ -67,6 +70,7 @@ from .tensor.counters import count_kernels, kernel_counts, reset_kernel_counts, 
 from .tensor.creation import manual_seed
 from .tensor.device import Device, cuda_available
 from .tensor.dtypes import bool_, float32, float64, int32, int64
+from .tensor.explain import explain
 from .tensor.ops import register_op, unregister_op
 from .serialization import load, save
 
@@ -94,13 +98,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Context", "Device", "Function", "Node", "Tensor", "abs", "amax", "amin", "arange",
-    "argmax", "bool_", "cat", "clip", "count_kernels", "cuda_available", "empty",
-    "empty_like", "enable_grad", "exp", "expand", "flatten", "float32", "float64",
+    "argmax", "bool_", "cat", "clip", "count_kernels", "cuda_available", "detect_anomaly",
+    "draw_graph", "empty", "empty_like", "enable_grad", "exp", "expand", "explain", "flatten",
+    "float32", "float64",
     "from_numpy", "full", "full_like", "fusion", "gradcheck", "int32", "int64",
     "is_grad_enabled", "kernel_counts", "load", "log", "log_softmax", "logsumexp",
     "manual_seed", "matmul", "maximum", "mean", "minimum", "no_grad", "ones", "ones_like",
     "op", "permute", "rand", "rand_like", "randn", "randn_like", "register_op", "relu",
     "reset_kernel_counts", "reshape", "save", "set_cpu_backend", "set_debug", "set_fusion",
     "sigmoid", "sign", "softmax", "sqrt", "squeeze", "stack", "sum", "tanh", "tensor",
-    "transpose", "unregister_op", "unsqueeze", "where", "zeros", "zeros_like",
+    "to_dot", "transpose", "unregister_op", "unsqueeze", "where", "zeros", "zeros_like",
 ]

@@ -13,8 +13,10 @@ def _plain(obj):
         return obj.numpy()
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_plain(v) for v in obj)
+    if isinstance(obj, list):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, tuple):  # namedtuples too (saved as plain tuples)
+        return tuple(_plain(v) for v in obj)
     return obj
 
 

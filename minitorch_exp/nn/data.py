@@ -40,7 +40,7 @@ class TensorDataset(Dataset):
 
 
 class DataLoader:
-    """Yields batches as tuples of Nodes.
+    """Yields batches as tuples of Nodes (one Node when samples are single arrays).
 
     ``shuffle`` draws a new order each epoch from ``seed`` and the epoch
     number, so the order is reproducible and a resumed run (``loader.epoch =
@@ -72,11 +72,19 @@ class DataLoader:
         self.epoch += 1
         for b in range(len(self)):
             idx = order[b * self.batch_size:(b + 1) * self.batch_size]
-            yield tuple(Node(from_array(np.ascontiguousarray(part)).to(self.device))
-                        for part in self._fetch(idx))
+            batch = self._fetch(idx)
+            if isinstance(batch, tuple):
+                yield tuple(self._node(part) for part in batch)
+            else:  # samples were single arrays, not tuples: one Node per batch, as in torch
+                yield self._node(batch)
+
+    def _node(self, part) -> Node:
+        return Node(from_array(np.ascontiguousarray(part)).to(self.device))
 
     def _fetch(self, idx: np.ndarray):
         if isinstance(self.dataset, TensorDataset):
             return self.dataset[idx]
         samples = [self.dataset[int(i)] for i in idx]
+        if not isinstance(samples[0], (tuple, list)):
+            return np.stack(samples)
         return tuple(np.stack(col) for col in zip(*samples))

@@ -81,23 +81,26 @@ def _reduce(loss: Node, reduction: str) -> Node:
 
 
 def _check_logits(logits: Node, target, name: str) -> None:
-    n = len(target) if not isinstance(target, Node) else target.shape[0]
-    if logits.ndim != 2 or logits.shape[0] != n:
+    shape = tuple(np.shape(target.numpy() if isinstance(target, Node) else target))
+    if logits.ndim != 2 or shape != (logits.shape[0],):
         raise ValueError(f"{name}: expected input of shape (N, C) and target of shape (N,), "
-                         f"got {logits.shape} and ({n},)")
+                         f"got {logits.shape} and {shape}")
 
 
 def cross_entropy(logits: Node, target, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Node:
     """Softmax cross-entropy from logits and integer class targets.
 
-    ``loss_i = logsumexp(z_i) - sum_j q_ij z_ij`` with ``q`` the (smoothed)
-    one-hot target: stable for any logits, and its gradient
-    ``softmax(z) - q`` comes out as one fused expression.
+    ``loss_i = log(sum_j exp(c_ij)) - sum_j q_ij c_ij`` with ``c = z - max(z)``
+    and ``q`` the (smoothed) one-hot target. Shifting by the max first keeps it
+    stable and exact for any logits (``logsumexp(z) - z_t`` would cancel
+    catastrophically when both are ~1000); the gradient ``softmax(z) - q``
+    comes out as one fused expression.
     """
     _check_logits(logits, target, "cross_entropy")
     q = _one_hot(target, logits.shape[1], logits.dtype, logits.device, label_smoothing)
-    loss = ops.logsumexp(logits, 1) - ops.sum(logits * q, 1)
+    shifted = logits - ops.amax(logits, 1, keepdims=True).detach()
+    loss = ops.log(ops.sum(ops.exp(shifted), 1)) - ops.sum(shifted * q, 1)
     return _reduce(loss, reduction)
 
 
@@ -109,6 +112,8 @@ def nll_loss(log_probs: Node, target, reduction: str = "mean") -> Node:
 
 
 def mse_loss(input: Node, target, reduction: str = "mean") -> Node:  # noqa: A002
+    if not isinstance(target, Node):
+        target = Node(from_array(np.ascontiguousarray(target, dtype=input.dtype))).to(input.device)
     if tuple(input.shape) != tuple(target.shape):
         raise ValueError(f"mse_loss: input shape {input.shape} != target shape {target.shape}")
     d = input - target

@@ -59,16 +59,22 @@ def ones_(t: Node) -> Node:
     return constant_(t, 1.0)
 
 
+def _fan(t: Node, mode: str) -> int:
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
+    return _fans(t)[0 if mode == "fan_in" else 1]
+
+
 def kaiming_uniform_(t: Node, a: float = 0.0, mode: str = "fan_in",
                      nonlinearity: str = "leaky_relu", generator=None) -> Node:
-    fan = _fans(t)[0 if mode == "fan_in" else 1]
+    fan = _fan(t, mode)
     bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan) if fan else 0.0
     return uniform_(t, -bound, bound, generator)
 
 
 def kaiming_normal_(t: Node, a: float = 0.0, mode: str = "fan_in",
                     nonlinearity: str = "leaky_relu", generator=None) -> Node:
-    fan = _fans(t)[0 if mode == "fan_in" else 1]
+    fan = _fan(t, mode)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan) if fan else 0.0
     return normal_(t, 0.0, std, generator)
 

@@ -61,6 +61,9 @@ class GELU(Module):
     def forward(self, x):
         return F.gelu(x, self.approximate)
 
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
 
 class LeakyReLU(Module):
     def __init__(self, negative_slope: float = 0.01):
@@ -115,6 +118,9 @@ class Flatten(Module):
     def forward(self, x):
         return ops.flatten(x, self.start_dim, self.end_dim)
 
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
 
 class Sequential(Module):
     """Calls its layers in order."""
@@ -143,7 +149,8 @@ class Sequential(Module):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True):
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
+                 dtype=np.float32):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -151,8 +158,8 @@ class LayerNorm(Module):
         self.eps = eps
         self.weight = self.bias = None
         if elementwise_affine:
-            self.weight = Parameter(np.ones(self.normalized_shape, np.float32))
-            self.bias = Parameter(np.zeros(self.normalized_shape, np.float32))
+            self.weight = Parameter(np.ones(self.normalized_shape, dtype))
+            self.bias = Parameter(np.zeros(self.normalized_shape, dtype))
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)

@@ -74,13 +74,19 @@ class Optimizer:
                 for g, mine in zip(groups, self.param_groups)):
             raise ValueError("load_state_dict: the saved optimizer has a different number of "
                              "parameter groups or parameters")
-        for mine, saved in zip(self.param_groups, groups):
-            mine.update({k: v for k, v in saved.items() if k != "params"})
         params = [p for _, p in self._params()]
-        self.state = {}
+        state = {}  # built completely before anything changes, so a bad file changes nothing
         for key, entries in state_dict["state"].items():
             index = int(key)
-            self.state[index] = {k: _restore(v, params[index]) for k, v in entries.items()}
+            for name, v in entries.items():
+                shape = tuple(getattr(v, "shape", ()))
+                if shape not in ((), params[index].shape):
+                    raise ValueError(f"load_state_dict: state {name!r} of parameter {index} has "
+                                     f"shape {shape}, the parameter has {params[index].shape}")
+            state[index] = {k: _restore(v, params[index]) for k, v in entries.items()}
+        for mine, saved in zip(self.param_groups, groups):
+            mine.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = state
 
 
 def _restore(value, param: Node):
@@ -160,6 +166,8 @@ class AdamW(Adam):
 
 def clip_grad_norm_(params, max_norm: float, eps: float = 1e-6) -> float:
     """Scale gradients so their global L2 norm is at most ``max_norm``; returns the norm."""
+    if isinstance(params, Node):  # one tensor, as torch allows (iterating it gives rows)
+        params = [params]
     grads = [p.grad.value for p in params if p.grad is not None]
     total = math.sqrt(sum(float((g * g).sum().item()) for g in grads))
     if total > max_norm:

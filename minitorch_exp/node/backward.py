@@ -5,7 +5,8 @@ therefore builds one expression that is realized in a single fused pass when
 it reaches a leaf (or a dot, or a reduction). Two rules keep that honest:
 
 * a gradient about to be used by two or more inputs is realized first, so the
-  shared part is computed once;
+  shared part is computed once -- unless it is a single op (``g * 0.5``, a
+  broadcast scaled), which each consumer recomputes for less than a pass costs;
 * a gradient expression that grows past ``MAX_FUSED_OPS`` ops is realized, so
   kernels and recursion stay bounded however long the chain.
 """
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 from ..tensor import creation
 from ..tensor.engine import assign, realize
-from ..tensor.expr import RVALUE, Exp, as_exp
+from ..tensor.expr import COMPLEX, RVALUE, Exp, as_exp
+from . import anomaly
 from .node import MAX_FUSED_OPS, Node, count_ops
 
 
@@ -73,9 +75,14 @@ def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
             continue
         if ctx.freed:
             raise RuntimeError(
-                f"backward through {ctx.fn.__name__} a second time: its saved values were "
+                f"backward through {ctx.name} a second time: its saved values were "
                 "freed; pass retain_graph=True to the first backward() to keep them")
-        if builtin_sum(ctx.needs_input_grad) > 1 and g.kind != RVALUE and count_ops(g, 1):
+        if g.kind == COMPLEX:
+            # a dot or reduction is a boundary: every backward rule would evaluate it into a
+            # temporary anyway, and unrealized, a chain of them nests without bound
+            # (tests/node/test_backward.py::test_long_chain_of_non_elementwise_ops)
+            g = realize(g)
+        elif builtin_sum(ctx.needs_input_grad) > 1 and g.kind != RVALUE and count_ops(g, 2) > 1:
             g = realize(g)
         _propagate(ctx, g, grads)
         if not retain_graph:
@@ -90,14 +97,16 @@ def _propagate(ctx, g: Exp, grads: dict) -> None:
     if not isinstance(input_grads, tuple):
         input_grads = (input_grads,)
     if len(input_grads) != len(ctx.inputs):
-        raise RuntimeError(f"{ctx.fn.__name__}.backward returned {len(input_grads)} gradients "
+        raise RuntimeError(f"{ctx.name}.backward returned {len(input_grads)} gradients "
                            f"for {len(ctx.inputs)} inputs")
+    if anomaly.is_anomaly_enabled():  # mt.detect_anomaly(): check each gradient for NaN/Inf
+        input_grads = anomaly.check_backward(ctx, input_grads)
     for inp, need, ig in zip(ctx.inputs, ctx.needs_input_grad, input_grads):
         if not need or ig is None:
             continue
         ig = ig._value if isinstance(ig, Node) else as_exp(ig)
         if ig.shape != inp.shape:
-            raise RuntimeError(f"{ctx.fn.__name__}.backward returned a gradient of shape "
+            raise RuntimeError(f"{ctx.name}.backward returned a gradient of shape "
                                f"{ig.shape} for an input of shape {inp.shape}")
         if count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS:
             ig = realize(ig)

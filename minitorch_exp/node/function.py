@@ -13,14 +13,16 @@ expressions too, so chains of them realize as single fused passes.
 from __future__ import annotations
 
 from ..tensor.expr import RVALUE, Exp
+from . import anomaly
 from .grad_mode import fusion_enabled, is_grad_enabled
 
 
 class Context:
     """What one call of a Function remembers for its backward."""
 
+    # __dict__: a user Function may keep any attribute on ctx (``ctx.alpha = alpha``)
     __slots__ = ("fn", "inputs", "needs_input_grad", "_saved", "_versions", "freed", "attrs",
-                 "where")
+                 "where", "__dict__")
 
     def __init__(self, fn, needs_input_grad):
         self.fn = fn
@@ -32,6 +34,15 @@ class Context:
         self.attrs: dict = {}
         self.where = None
 
+    @property
+    def name(self) -> str:
+        """The op, for messages: ``MatMul``, or ``Elementwise(mul)`` for a registry op."""
+        op = self.attrs.get("op")
+        return self.fn.__name__ if not isinstance(op, str) else f"{self.fn.__name__}({op})"
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
     def save_for_backward(self, *values) -> None:
         """Keep ``values`` for backward and remember the version of every buffer they read."""
         self._saved = values
@@ -41,12 +52,12 @@ class Context:
     def saved_tensors(self) -> tuple:
         if self.freed:
             raise RuntimeError(
-                f"{self.fn.__name__}: its saved values were freed by an earlier backward(); "
+                f"{self.name}: its saved values were freed by an earlier backward(); "
                 "call backward(retain_graph=True) the first time to backward twice")
         for storage, version in self._versions:
             if storage.version != version:
                 raise RuntimeError(
-                    f"{self.fn.__name__}: a tensor saved for backward was modified in place "
+                    f"{self.name}: a tensor saved for backward was modified in place "
                     f"after it was saved (version {version} -> {storage.version}); the "
                     "gradient would be wrong. Clone it before modifying, or modify a copy.")
         return self._saved
@@ -101,8 +112,10 @@ class Function:
         if isinstance(out, Node):
             out = out._value
         node = lazy_value(out, cls.lazy and fusion_enabled(), args)
-        if record:
+        if record and node.dtype.kind == "f":  # comparisons, argmax: values, no gradient
             ctx.inputs = args
             node.requires_grad = True
             node.grad_fn = ctx
+        if anomaly.is_anomaly_enabled():  # mt.detect_anomaly(): record where; check NaN/Inf
+            anomaly.check_forward(ctx, args, node)
         return node

@@ -10,6 +10,8 @@ realizes it first.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ..tensor import creation, dtypes
@@ -29,7 +31,8 @@ MAX_FUSED_OPS = 32
 class Node:
     """A differentiable tensor, PyTorch-shaped: ``shape``, ``grad``, ``backward()``..."""
 
-    __slots__ = ("_value", "grad", "requires_grad", "grad_fn", "_lazy_ops", "__weakref__")
+    __slots__ = ("_value", "grad", "requires_grad", "grad_fn", "_lazy_ops", "_guard",
+                 "__weakref__")
     __array_priority__ = 200
     __hash__ = object.__hash__
 
@@ -41,6 +44,7 @@ class Node:
         self.requires_grad = requires_grad
         self.grad_fn = None
         self._lazy_ops = 0
+        self._guard = None
         if requires_grad and value.dtype.kind != "f":
             raise TypeError(f"only float tensors can require gradients, got {value.dtype.name}")
 
@@ -50,8 +54,13 @@ class Node:
         """The realized Tensor (evaluating a lazy expression once)."""
         v = self._value
         if v.kind != RVALUE:
-            v = self._value = realize(v)
+            t = self._value = realize(v)
             self._lazy_ops = 0
+            shared = _realized_into(v, t.storage)
+            if shared:
+                self._guard = _KeepOnWrite(shared)
+                t.storage.add_reader(self._guard)
+            return t
         return v
 
     def realize(self) -> Node:
@@ -110,7 +119,12 @@ class Node:
 
     def detach(self) -> Node:
         """The same value (shared, not copied) outside the graph."""
-        return Node(self._value)
+        node = Node(self._value)
+        if self.is_lazy:  # still lazy: it must see its inputs as they are now
+            node._lazy_ops = self._lazy_ops
+            for storage in _storages([self._value]):
+                storage.add_reader(node)
+        return node
 
     def clone(self) -> Node:
         from . import ops
@@ -145,7 +159,7 @@ class Node:
         body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
         extra = ""
         if self.grad_fn is not None:
-            extra = f", grad_fn=<{self.grad_fn.fn.__name__}>"
+            extra = f", grad_fn=<{self.grad_fn.name}>"
         elif self.requires_grad:
             extra = ", requires_grad=True"
         dev = "" if self.device.type == "cpu" else f", device='{self.device}'"
@@ -162,12 +176,20 @@ class Node:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
         return bool(self.item())
 
-    # ---- in-place ops: only outside the graph --------------------------------
+    # ---- in-place ops: written in place outside the graph ----------------------
     def _inplace(self, saver: str, other) -> Node:
-        if self.requires_grad and is_grad_enabled():
-            raise RuntimeError(
-                "in-place operation on a tensor that requires grad; wrap it in "
-                "`with mt.no_grad():` (e.g. a parameter update) or use an out-of-place op")
+        if is_grad_enabled() and (self.requires_grad or _needs_grad(other)):
+            if saver == "=" or self.is_leaf and self.requires_grad:
+                raise RuntimeError(
+                    "in-place operation on a tensor that requires grad; wrap it in "
+                    "`with mt.no_grad():` (e.g. a parameter update) or use an out-of-place op")
+            # recorded out of place, as micrograd does: ``c += x`` rebinds the name c to a
+            # new Node in the graph; other references to the old Node keep its value
+            out = _OUT_OF_PLACE[saver](self, other)
+            if out.shape != self.shape:
+                raise ValueError(f"in-place {saver}: the result has shape {out.shape}, the "
+                                 f"tensor {self.shape}")
+            return out
         other = other._value if isinstance(other, Node) else other
         from ..tensor.engine import assign
         from ..tensor.expr import as_exp
@@ -187,10 +209,54 @@ class Node:
         return self._inplace("/=", other)
 
     def __setitem__(self, key, value):
-        if self.requires_grad and is_grad_enabled():
-            raise RuntimeError("item assignment into a tensor that requires grad is not "
-                               "recorded; do it under `with mt.no_grad():`")
+        if is_grad_enabled() and (self.requires_grad or _needs_grad(value)):
+            raise RuntimeError("item assignment involving a tensor that requires grad is not "
+                               "recorded; do it under `with mt.no_grad():`, or build the "
+                               "result with mt.where / mt.cat / mt.stack")
         self.value[key] = value._value if isinstance(value, Node) else value
+
+
+def _needs_grad(x) -> bool:
+    return isinstance(x, Node) and x.requires_grad
+
+
+_OUT_OF_PLACE = {"+=": operator.add, "-=": operator.sub, "*=": operator.mul,
+                 "/=": operator.truediv}
+
+
+class _KeepOnWrite:
+    """Keeps a realized lazy value what it was when its Node's buffer is written in place.
+
+    Realizing a lazy Node stores the result on its expression (``e.realized``),
+    which other lazy trees may share: consumers not yet evaluated, values saved
+    for backward, detached copies. Registered as a reader of the result's buffer,
+    this gives those expressions a private copy before the first write into it
+    (``y += 1``, ``y.data[...] = 0``), so laziness stays invisible
+    (tests/node/test_fusion.py::test_write_into_a_realized_intermediate).
+    """
+
+    __slots__ = ("exps", "__weakref__")
+
+    def __init__(self, exps):
+        self.exps = exps
+
+    def realize(self) -> None:
+        from ..tensor.engine import evaluate_copy
+        for e in self.exps:
+            e.realized = evaluate_copy(e.realized)
+        self.exps = ()
+
+
+def _realized_into(e: Exp, storage) -> list:
+    """The nodes of ``e`` whose remembered result lives in ``storage``."""
+    found, stack = [], [e]
+    while stack:
+        x = stack.pop()
+        r = getattr(x, "realized", None)
+        if r is not None and r.kind == RVALUE and r.storage is storage:
+            found.append(x)
+            stack.extend(x.children())
+    return found
 
 
 def lazy_value(value: Exp, lazy: bool, parents) -> Node:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..tensor import creation
+from ..tensor import creation, dtypes
 from ..tensor.engine import evaluate_copy, realize
 from ..tensor.expr import Dot, Exp, apply_op, as_exp
 from ..tensor.layout import broadcast_shapes, normalize_axes, normalize_shape
@@ -403,6 +403,26 @@ def to_device(x: Node, device) -> Node:
     return ToDevice.apply(x, device=device)
 
 
+class AsType(Function):
+    """Convert each element (fuses like a map); backward converts the gradient back."""
+
+    lazy = True
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.attrs["in_dtype"] = x.dtype
+        return x.astype(dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g.astype(ctx.attrs["in_dtype"]),)
+
+
+def astype(x: Node, dtype) -> Node:
+    dtype = dtypes.as_dtype(dtype)
+    return x if dtype == x.dtype else AsType.apply(x, dtype=dtype)
+
+
 # ---- named elementwise functions ------------------------------------------------
 
 def _unary(name):
@@ -437,6 +457,10 @@ def where(cond, a, b) -> Node:
 
 
 def clip(x, lo, hi) -> Node:
+    """Clamp ``x`` to ``[lo, hi]``; bounds that require grad get it where they bind."""
+    if any(isinstance(b, Node) and b.requires_grad for b in (lo, hi)):
+        # the registry's clip derivative has no gradient for its bounds (as torch.clamp has)
+        return where(x < lo, lo, where(x > hi, hi, x))
     return elementwise("clip", x, lo, hi)
 
 
@@ -487,7 +511,7 @@ def _install_methods():
     Node.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
     Node.mT = property(lambda self: transpose(self, -2, -1))
     Node.broadcast_to = expand
-    Node.astype = lambda self, dtype: Node(realize(_value(self).astype(dtype)))
+    Node.astype = astype
 
 
 _install_methods()

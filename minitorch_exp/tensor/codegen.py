@@ -2,12 +2,20 @@
 
 A Plan is a straight-line program over slots: leaves, then scalars, then one
 slot per instruction. A compiled kernel runs that program once per element,
-so its body is the program written out with one local variable per slot::
+so its body is the program written out with one local variable per slot.
+For ``w[...] = -eta * (g + lam * w)`` (leaves g, w; scalars -eta, lam) the
+Plan ``t0 = mul(s1, in1); t1 = add(in0, t0); t2 = mul(s0, t1)`` renders, per
+element, as Python for numba::
 
-    Plan (w[...] = -eta * (g + lam * w))       Python body        CUDA body
-      t0 = mul(s1, in1)                        t0 = ...(s1 * x1)  const float t0 = (((float)s1) * x1);
-      t1 = add(in0, t0)                        t1 = ...(x0 + t0)  const float t1 = (x0 + t0);
-      ...
+    t0 = np.float32((np.float32(s1) * x1))
+    t1 = np.float32((x0 + t0))
+    t2 = np.float32((np.float32(s0) * t1))
+
+and as CUDA C::
+
+    const float t0 = (((float)s1) * x1);
+    const float t1 = (x0 + t0);
+    const float t2 = (((float)s0) * t1);
 
 Each instruction converts its operands to its *compute* dtype (NumPy's
 promotion, decided when the Plan was made), fills in the op's template for the

@@ -60,6 +60,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -423,9 +424,8 @@ def _user_bindings(plan) -> dict:
         if op is None or op.py is not None:
             continue
         fn = _scalar_function(op)
-        arg_type = numba.from_dtype(ins.compute)
-        try:
-            fn.compile((arg_type,) * op.arity)
+        try:  # a trial call types and compiles it; ``out=None`` is simply omitted
+            fn(*[ins.compute.type(1)] * op.arity)
         except Exception as err:
             raise UserOpCompileError(
                 f"user op {op.name!r}: numba could not compile its numpy_fn for "
@@ -448,43 +448,42 @@ class NumbaBackend:
         self.fallback = NumpyBackend()
 
     def elementwise(self, plan, dst, leaves, scalars, saver: str) -> None:
-        work = _elementwise_work(dst, leaves)
-        if work is None:
+        loops = _loop_layout(dst, leaves)
+        if loops is None:
             self.fallback.elementwise(plan, dst, leaves, scalars, saver)
             return
         count("cpu", "fused")
         if dst.numel() == 0:
             return
-        shape, arrays, strides, offsets, kinds = work
-        kernel = _elementwise_kernel(plan, len(shape), saver, kinds, dst.dtype)
-        args = list(shape)
-        for k, arr in enumerate(arrays):
-            if arr is not None:
-                args += [arr, offsets[k]] + list(strides[k][:len(shape) - (kinds[k] != "s")])
+        kernel = _elementwise_kernel(plan, len(loops.shape), saver, loops.kinds, dst.dtype)
+        args = [*loops.shape, dst.storage.data, *loops.tails[0]]
+        for t, copy, tail in zip(leaves, loops.copies, loops.tails[1:]):
+            if tail is not None:
+                args += [_private_copy(t) if copy else t.storage.data, *tail]
         args += scalars
-        _run(kernel, args, dst.numel() * (len(arrays) + len(plan.instrs)))
+        _run(kernel, args, dst.numel() * (1 + len(leaves) + len(plan.instrs)))
 
     def dot(self, dst, a, b, saver: str) -> None:
         self.fallback.dot(dst, a, b, saver)
 
     def reduce(self, dst, e, saver: str) -> None:
-        work = _reduce_work(dst, e) if e.op != "argmax" else None
-        if work is None:
+        from .plan import make_plan
+        plan, leaves, scalars = make_plan(e.x, e.x.ndim)
+        loops = _reduce_loops(dst, e, leaves) if e.op != "argmax" else None
+        if loops is None:
             self.fallback.reduce(dst, e, saver)
             return
         count("cpu", "reduce")
         if dst.numel() == 0:
             return
-        plan, scalars, kshape, rshape, kstrides, rstrides, arrays, offsets, kinds = work
-        kernel = _reduce_kernel(plan, e.op, len(kshape), len(rshape), saver, kinds, dst.dtype)
-        args = list(kshape) + list(rshape) + [arrays[0], offsets[0], *kstrides[0]]
-        for k in range(1, len(arrays)):
-            reduced = rstrides[k - 1][:len(rshape) - (kinds[k - 1] == "1")]
-            args += [arrays[k], offsets[k], *kstrides[k], *reduced]
-        n = e.x.numel()
-        parallel = _go_parallel(n * (len(arrays) + len(plan.instrs)))
-        chunks = numba.get_num_threads() * 4 if parallel and not kshape else 1
-        args += list(scalars) + [float(max(1, C.reduce_count(e.x.shape, e.axes))), chunks]
+        kernel = _reduce_kernel(plan, e.op, len(loops.kept), len(loops.reduced), saver,
+                                loops.kinds, dst.dtype)
+        args = [*loops.kept, *loops.reduced, dst.storage.data, *loops.out_tail]
+        for t, copy, tail in zip(leaves, loops.copies, loops.tails):
+            args += [_private_copy(t) if copy else t.storage.data, *tail]
+        parallel = _go_parallel(e.x.numel() * (1 + len(leaves) + len(plan.instrs)))
+        chunks = numba.get_num_threads() * 4 if parallel and not loops.kept else 1
+        args += [*scalars, float(max(1, C.reduce_count(e.x.shape, e.axes))), chunks]
         (kernel.parallel if parallel else kernel.serial)(*args)
 
 
@@ -496,33 +495,60 @@ def _run(kernel, args, work: int) -> None:
     (kernel.parallel if _go_parallel(work) else kernel.serial)(*args)
 
 
-def _elementwise_work(dst, leaves):
-    """Loop shape, flat arrays, strides, offsets and stride kinds; None beyond MAX_DIMS."""
-    layouts = [dst.layout]
-    datas = [dst.storage.data]
+class LoopLayout(NamedTuple):
+    """How one elementwise kernel call walks memory (see ``_loop_layout``)."""
+
+    shape: L.Shape                      # merged loop sizes, outermost first
+    tails: list                         # per operand: (offset, *strides) or None for "d"
+    kinds: tuple[str, ...]              # innermost stride kind per operand, dst first
+    copies: tuple[bool, ...]            # per leaf: read through a private copy
+
+
+_LOOP_LAYOUTS: dict[tuple, LoopLayout | None] = {}
+
+
+def _loop_layout(dst, leaves) -> LoopLayout | None:
+    """The loop nest for writing ``dst`` from ``leaves``; None beyond MAX_DIMS.
+
+    It depends only on the layouts and on which leaves share dst's storage,
+    so it is computed once per such combination (a training step repeats them).
+    """
+    key = (dst.layout, tuple((t.layout, t.storage is dst.storage) for t in leaves))
+    found = _LOOP_LAYOUTS.get(key, False)
+    if found is False:
+        if len(_LOOP_LAYOUTS) > 4096:
+            _LOOP_LAYOUTS.clear()
+        found = _LOOP_LAYOUTS[key] = _plan_loops(dst, leaves)
+    return found
+
+
+def _plan_loops(dst, leaves) -> LoopLayout | None:
+    layouts, copies, shares = [dst.layout], [], []
     for t in leaves:
         lay = L.broadcast_layout(t.layout, dst.shape)
-        data = t.storage.data
-        if overlaps(dst, t.storage, lay):
-            data, lay = _private_copy(t, dst.shape)
+        copy = overlaps(dst, t.storage, lay)
+        if copy:
+            lay = L.broadcast_layout(L.contiguous(t.shape), dst.shape)
         layouts.append(lay)
-        datas.append(data)
+        copies.append(copy)
+        shares.append(t.storage is dst.storage and not copy)
     shape, strides, offsets = C.iteration_layout(dst.shape, layouts)
     if len(shape) > MAX_DIMS:
         return None
     kinds = [C.inner_kind(strides[0])]
-    for k in range(1, len(layouts)):
-        same = datas[k] is datas[0] and strides[k] == strides[0] and offsets[k] == offsets[0]
+    for k, shared in enumerate(shares, start=1):
+        same = shared and strides[k] == strides[0] and offsets[k] == offsets[0]
         kinds.append("d" if same else C.inner_kind(strides[k]))
-    arrays = [None if kind == "d" else data for data, kind in zip(datas, kinds)]
-    return shape, arrays, strides, offsets, tuple(kinds)
+    tails = [None if kind == "d" else
+             (offsets[k], *strides[k][:len(shape) - (kind != "s")])
+             for k, kind in enumerate(kinds)]
+    return LoopLayout(shape, tails, tuple(kinds), tuple(copies))
 
 
-def _private_copy(t, shape):
-    """A contiguous copy of ``t`` broadcast to ``shape``: breaks aliasing with dst."""
+def _private_copy(t):
+    """A contiguous copy of ``t``'s elements: breaks aliasing with dst."""
     count("cpu", "copy")
-    data = np.ascontiguousarray(t.array).reshape(-1)
-    return data, L.broadcast_layout(L.contiguous(t.shape), shape)
+    return t.array.copy(order="C").reshape(-1)
 
 
 def _elementwise_kernel(plan, ndim, saver, kinds, dst_dtype):
@@ -536,40 +562,47 @@ def _elementwise_kernel(plan, ndim, saver, kinds, dst_dtype):
     return kernel
 
 
-def _reduce_work(dst, e):
-    from .plan import make_plan
-    x = e.x
-    target = dst._try_view_reshape(e.kept_shape)
-    plan, leaves, scalars = make_plan(x, x.ndim)
-    out_layout = L.broadcast_layout(target.layout, x.shape)
-    layouts, arrays = [out_layout], [target.storage.data]
+class ReduceLoops(NamedTuple):
+    """How one reduction kernel call walks memory: kept loops outside, reduced inside."""
+
+    kept: L.Shape                       # merged kept sizes (one output per index)
+    reduced: L.Shape                    # merged reduced sizes
+    out_tail: tuple                     # dst: (offset, *kept strides)
+    tails: list                         # per leaf: (offset, *kept, *reduced strides)
+    kinds: tuple[str, ...]              # per leaf: innermost reduced stride kind
+    copies: tuple[bool, ...]            # per leaf: read through a private copy
+
+
+def _reduce_loops(dst, e, leaves) -> ReduceLoops | None:
+    """The loops for ``dst (saver)= e``; None when NumPy's reduction is the better walk."""
+    x_shape = e.x.shape
+    out = L.broadcast_layout(dst._try_view_reshape(e.kept_shape).layout, x_shape)
+    layouts, copies = [out], []
     for t in leaves:
-        lay = L.broadcast_layout(t.layout, x.shape)
-        data = t.storage.data
-        if overlaps(dst, t.storage, lay):
-            data, lay = _private_copy(t, x.shape)
-        layouts.append(lay)
-        arrays.append(data)
-    kshape, rshape, kstrides, rstrides = C.reduce_layout(x.shape, e.axes, layouts)
-    if len(kshape) > MAX_DIMS or len(rshape) > MAX_DIMS or _across_memory(kstrides, rstrides):
+        lay = L.broadcast_layout(t.layout, x_shape)
+        copies.append(overlaps(dst, t.storage, lay))
+        layouts.append(L.broadcast_layout(L.contiguous(t.shape), x_shape) if copies[-1] else lay)
+    kept, reduced, kstrides, rstrides = C.reduce_layout(x_shape, e.axes, layouts)
+    if len(kept) > MAX_DIMS or len(reduced) > MAX_DIMS or _across_memory(kstrides, rstrides):
         return None
-    if not rshape:  # nothing left to reduce: one loop of one
-        rshape, rstrides = (1,), [(0,) for _ in leaves]
+    if not reduced:  # nothing left to reduce: one step of one
+        reduced, rstrides = (1,), [(0,) for _ in leaves]
     kinds = tuple("1" if st[-1] == 1 else "s" for st in rstrides)
-    offsets = [lay.offset for lay in layouts]
-    return plan, scalars, kshape, rshape, kstrides, rstrides, arrays, offsets, kinds
+    tails = [(lay.offset, *ks, *rs[:len(reduced) - (kind == "1")])
+             for lay, ks, rs, kind in zip(layouts[1:], kstrides[1:], rstrides, kinds)]
+    return ReduceLoops(kept, reduced, (out.offset, *kstrides[0]), tails, kinds, tuple(copies))
 
 
 def _across_memory(kstrides, rstrides) -> bool:
-    """True when the reduced loops stride further than the kept ones (a column sum).
+    """True when a leaf's reduced loops stride further than its kept ones (a column sum).
 
-    Reducing each output's column in turn would then revisit every cache line
+    Reducing one output's column at a time would then revisit each cache line
     once per output; NumPy's reduction walks memory in order instead.
     """
     for kept, reduced in zip(kstrides[1:], rstrides):
         k = min((abs(s) for s in kept if s), default=math.inf)
         r = min((abs(s) for s in reduced if s), default=math.inf)
-        if k < r and k != math.inf:
+        if r != math.inf and k < r:
             return True
     return False
 

@@ -33,6 +33,8 @@ def _cast_to(dtype):
     def cast(x, out=None):
         if out is None:
             return np.asarray(x).astype(dtype)
+        if out.dtype != dtype:  # a final cast into a wider dst still rounds through dtype
+            x = np.asarray(x).astype(dtype)
         np.copyto(out, x, casting="unsafe")
         return out
     return cast
@@ -48,6 +50,8 @@ class Schedule:
             fn = _cast_to(ins.dtype) if ins.op == "cast" else OPS[ins.op].numpy
             self.steps.append((fn, ins.args))
         self.scratch, self.buffer_of = _assign_buffers(plan)
+        # ``x[...] = where(x > 0, x, 0)``: the last step must not write into an input.
+        self.last_unsafe = bool(plan.instrs) and not in_place_safe(plan.instrs[-1].op)
 
 
 def _assign_buffers(plan):
@@ -61,19 +65,35 @@ def _assign_buffers(plan):
     scratch: list[np.dtype] = []
     buffer_of: list[int | None] = []
     for k, ins in enumerate(plan.instrs):
-        for a in set(ins.args):
-            if a >= n_in and last_use.get(a) == k and buffer_of[a - n_in] is not None:
+        dying = [a for a in set(ins.args)
+                 if a >= n_in and last_use.get(a) == k and buffer_of[a - n_in] is not None]
+        # A ufunc may write over its own input; other functions (``where`` copies
+        # twice) may not, so they release their inputs only after taking an output.
+        safe = in_place_safe(ins.op)
+        if safe:
+            for a in dying:
                 free.setdefault(plan.instrs[a - n_in].dtype, []).append(buffer_of[a - n_in])
         if k == len(plan.instrs) - 1:
             buffer_of.append(None)  # the last step writes the destination
-            continue
-        pool = free.get(ins.dtype)
-        if pool:
-            buffer_of.append(pool.pop())
+        elif free.get(ins.dtype):
+            buffer_of.append(free[ins.dtype].pop())
         else:
             scratch.append(ins.dtype)
             buffer_of.append(len(scratch) - 1)
+        if not safe:
+            for a in dying:
+                free.setdefault(plan.instrs[a - n_in].dtype, []).append(buffer_of[a - n_in])
     return scratch, buffer_of
+
+
+def in_place_safe(op: str) -> bool:
+    """True when the op's NumPy function may write into one of its own inputs.
+
+    NumPy ufuncs handle any overlap of ``out`` with their inputs; a casting
+    copy reads each element before writing it. Anything else (``where``, user
+    ops) gets an output that shares no memory with its inputs.
+    """
+    return op == "cast" or isinstance(OPS[op].numpy, np.ufunc)
 
 
 def schedule_for(plan) -> Schedule:
@@ -112,7 +132,8 @@ def run_program(sched: Schedule, env: list, dst, saver: str, scratch=None, shape
             env.append(fn(*operands, out=buf))
     fn, args = steps[n]
     operands = [env[a] for a in args]
-    if saver == "=":
+    if saver == "=" and not (sched.last_unsafe and any(
+            np.may_share_memory(x, dst) for x in operands if isinstance(x, np.ndarray))):
         fn(*operands, out=dst)
     else:
         save(dst, fn(*operands), saver)
@@ -165,12 +186,13 @@ class NumpyBackend:
         x = e.x
         if dst.numel() == 0:
             return
-        target = dst._try_view_reshape(e.kept_shape).array
+        # Results come out with the kept (size-1) dims; ``e.shape`` drops them, and
+        # dst may be larger still (the result broadcasts into it).
         if e.op == "argmax":
             values = _materialize(x)
             axis = None if len(e.axes) == x.ndim and x.ndim != 1 else e.axes[0]
             r = np.argmax(values, axis=axis)
-            save(dst.array, r.reshape(dst.shape), saver)
+            save(dst.array, r.reshape(e.shape), saver)
             return
         if x.kind == 0 or x.numel() <= BLOCK:
             values = _materialize(x)
@@ -178,8 +200,9 @@ class NumpyBackend:
         else:
             r = _blocked_reduce(e)
         if e.op == "mean":
-            r = r / max(1, math.prod(x.shape[a] for a in e.axes))
-        save(target, r.astype(e.dtype, copy=False), saver)
+            with np.errstate(invalid="ignore", divide="ignore"):  # empty: nan, as NumPy
+                r = r / math.prod(x.shape[a] for a in e.axes)
+        save(dst.array, r.astype(e.dtype, copy=False).reshape(e.shape), saver)
 
 
 def _reduce_array(op, values, axes, dtype):
@@ -218,8 +241,7 @@ def _blocked_reduce(e):
     ins = [array_view(t.storage, L.permute_layout(L.broadcast_layout(t.layout, x.shape), perm))
            for t in leaves]
     ufunc = REDUCE_UFUNCS[e.op]
-    acc = None if e.op in ("max", "min") else (e.dtype if e.op == "sum" else
-                                               np.result_type(x.dtype, np.float32))
+    acc = None if e.op in ("max", "min") else e.dtype
     result = np.empty(pshape[:n_kept], acc or x.dtype)
     scratch = [scratch_buffer(dt, i) for i, dt in enumerate(sched.scratch)]
     values = scratch_buffer(x.dtype, len(scratch))

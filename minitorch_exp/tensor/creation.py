@@ -60,7 +60,8 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu") -> Tensor:
     if stop is None:
         start, stop = 0, start
     if dtype is None:
-        dtype = dtypes.default_dtype_for(np.asarray([start, stop, step]))
+        # A list, not an array: Python floats default to float32 as in ``tensor``.
+        dtype = dtypes.default_dtype_for([start, stop, step])
     return _make(np.arange(start, stop, step, dtype=dtypes.as_dtype(dtype)), device)
 
 

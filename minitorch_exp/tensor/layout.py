@@ -48,11 +48,15 @@ def contiguous(shape: Shape, offset: int = 0) -> Layout:
 
 
 def is_contiguous(shape: Shape, strides: Strides) -> bool:
-    """True when the layout is row-major with no gaps (size-1 dims may have any stride)."""
+    """True when the layout is row-major with no gaps (size-1 dims may have any stride).
+
+    An empty layout addresses nothing, so it is contiguous whatever its strides
+    (NumPy's flag agrees).
+    """
+    if 0 in shape:
+        return True
     step = 1
     for n, s in zip(reversed(shape), reversed(strides)):
-        if n == 0:
-            return True
         if n != 1 and s != step:
             return False
         step *= n

@@ -258,6 +258,8 @@ def validate_cuda_expr(snippet: str, arity: int) -> str:
     unknown identifiers, or operands beyond the arity -- is refused, so nothing
     a user passes can change the shape of the generated kernel.
     """
+    if not isinstance(snippet, str) or not snippet.strip():
+        raise ValueError(f"cuda expression: expected one C expression, got {snippet!r}")
     pos = 0
     depth = 0
     for m in _CUDA_TOKEN_RE.finditer(snippet):
@@ -328,3 +330,5 @@ def unregister_op(name: str) -> None:
     if op is None or op.builtin:
         raise ValueError(f"{name!r} is not a registered user op")
     del OPS[name]
+    from .plan import forget_op  # plans (and kernels hung on them) hold the old function
+    forget_op(name)

@@ -166,3 +166,10 @@ def _build(key, low: _Lowering, out: int) -> Plan:
 
 def plan_cache_size() -> int:
     return len(_PLANS)
+
+
+def forget_op(name: str) -> None:
+    """Drop the cached plans that use op ``name`` (called when a user op is unregistered)."""
+    for key, plan in list(_PLANS.items()):
+        if any(ins.op == name for ins in plan.instrs):
+            del _PLANS[key]

@@ -229,9 +229,9 @@ def _is_basic_index(key) -> bool:
 def _advanced_index(t: Tensor, key) -> Tensor:
     """Integer-array and boolean-mask indexing: a copy, exactly as NumPy does it."""
     items = key if isinstance(key, tuple) else (key,)
-    converted = tuple(np.asarray(k.numpy() if isinstance(k, Exp) else k)
-                      if not (k is None or k is Ellipsis or isinstance(k, slice)) else k
-                      for k in items)
+    # Lists stay lists: NumPy reads ``[]`` as an empty *integer* index, while
+    # ``np.asarray([])`` would be a float array it refuses.
+    converted = tuple(k.numpy() if isinstance(k, Exp) else k for k in items)
     try:
         result = t.device.xp.asarray(t.array[converted if isinstance(key, tuple) else converted[0]])
     except IndexError as err:

@@ -169,6 +169,9 @@ def test_repr_is_readable():
         "  )\n"
         ")")
     assert repr(nn.Parameter(np.zeros(2, np.float32))).startswith("Parameter containing:")
+    assert repr(nn.GELU("tanh")) == "GELU(approximate='tanh')"
+    assert repr(nn.LayerNorm(3)) == "LayerNorm((3,), eps=1e-05)"
+    assert repr(nn.Flatten()) == "Flatten(start_dim=1, end_dim=-1)"
 
 
 def test_unknown_attribute_raises_attribute_error():

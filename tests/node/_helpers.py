@@ -21,7 +21,7 @@ def strided_array(values: np.ndarray, layout: str) -> np.ndarray:
     """An ndarray equal to ``values`` whose memory layout is ``layout`` (never copied back)."""
     values = np.asarray(values, dtype=np.float64)
     if layout == "contiguous" or values.ndim == 0:
-        return np.ascontiguousarray(values)
+        return values.copy(order="C")
     if layout == "transposed":
         return np.ascontiguousarray(values.T).T
     if layout == "sliced":  # every other element of a twice-as-wide buffer
@@ -41,7 +41,7 @@ def leaf(values, layout: str = "contiguous", requires_grad: bool = True) -> mt.N
 
 def torch_twin(node: mt.Node):
     import torch
-    return torch.tensor(node.numpy(), dtype=torch.float64, requires_grad=node.requires_grad)
+    return torch.tensor(np.array(node.numpy()), dtype=torch.float64, requires_grad=node.requires_grad)
 
 
 def compare_with_torch(mt_fn, torch_fn, nodes, rtol=1e-7, atol=1e-9, seed=0):

@@ -161,7 +161,7 @@ def test_clip_scalar_bounds(shape, layout, seed):
 def test_clip_tensor_bounds_get_gradients(shp, seed):
     """Bounds that require grad receive it where they bind, as in torch.clamp."""
     rng = np.random.default_rng(seed)
-    x = leaf(values(rng, shp[0]) * 2)
+    x = leaf(values(rng, np.broadcast_shapes(*shp)) * 2)  # torch.clamp keeps x's shape
     lo = leaf(-values(rng, shp[1], "positive"))
     hi = leaf(values(rng, shp[2], "positive"))
     _gradcheck(mt.clip, x, lo, hi)
@@ -199,7 +199,7 @@ def test_int_tensors_cannot_require_grad():
 
 # ---- user-defined ops --------------------------------------------------------------
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def user_ops():
     """Register a unary and a binary user op for one test, and remove them after."""
     mt.register_op("cube_u", lambda x, out=None: np.multiply(x * x, x, out=out),

@@ -192,14 +192,16 @@ def basic_keys(draw, shape, allow_none=True, allow_ellipsis=True):
             bound = st.none() | st.integers(-n - 2, n + 2)
             step = draw(st.none() | st.sampled_from([1, 2, 3, -1, -2]))
             entries.append(slice(draw(bound), draw(bound), step))
-    # Drop trailing full slices sometimes (NumPy fills them in).
-    while entries and entries[-1] == slice(None) and draw(st.booleans()):
-        entries.pop()
     if allow_ellipsis and draw(st.booleans()):
+        # An Ellipsis standing for a run of full slices (maybe an empty run).
         p = draw(st.integers(0, len(entries)))
         q = draw(st.integers(p, len(entries)))
         if all(e == slice(None) for e in entries[p:q]):
             entries[p:q] = [Ellipsis]
+    if Ellipsis not in entries:
+        # Drop trailing full slices sometimes (NumPy fills them in).
+        while entries and entries[-1] == slice(None) and draw(st.booleans()):
+            entries.pop()
     if allow_none and len(shape) < 5:
         for _ in range(draw(st.integers(0, 2))):
             entries.insert(draw(st.integers(0, len(entries))), None)

@@ -1,0 +1,270 @@
+"""Training throughput of an MLP: minitorch_exp vs PyTorch CPU eager vs hand-written NumPy.
+
+One training step is forward, softmax cross-entropy, backward and an SGD
+update with momentum 0.9, on a batch drawn from a fixed pool of synthetic
+MNIST-shaped data. The NumPy row is the same math written by hand (no
+graph, no autograd, in-place updates): the "no framework overhead" floor.
+All three run in this process, on the same batches, with the same starting
+weights and thread counts; a sanity check first confirms that minitorch_exp
+and NumPy take identical steps.
+
+    python benchmarks/bench_mlp.py                 # 2 threads, as on CI
+    python benchmarks/bench_mlp.py --threads 4 --min-time 1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import numpy as np
+from common import Table, format_seconds, pin_threads, print_machine_info
+
+import minitorch_exp as mt
+from minitorch_exp import nn
+
+ARCHS = {"784-256-10": [784, 256, 10], "784-512-256-10": [784, 512, 256, 10]}
+BATCHES = [32, 128, 512]
+LR, MOMENTUM = 0.01, 0.9
+POOL = 8  # distinct batches cycled through, so no step sees the same data twice in a row
+
+
+def initial_weights(sizes, seed=0):
+    """PyTorch-style uniform(+-1/sqrt(fan_in)) weights, float32."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n_in, n_out in zip(sizes, sizes[1:]):
+        bound = 1 / math.sqrt(n_in)
+        out.append((rng.uniform(-bound, bound, (n_out, n_in)).astype(np.float32),
+                    rng.uniform(-bound, bound, n_out).astype(np.float32)))
+    return out
+
+
+def batches(batch, seed=1):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((batch, 784)).astype(np.float32),
+             rng.integers(0, 10, batch).astype(np.int64)) for _ in range(POOL)]
+
+
+class Cycle:
+    """Hands out the pool's batches in turn."""
+
+    def __init__(self, items):
+        self.items, self.i = items, 0
+
+    def next(self):
+        item = self.items[self.i]
+        self.i = (self.i + 1) % len(self.items)
+        return item
+
+
+# ---------------------------------------------------------------- minitorch_exp
+
+def minitorch_step(weights, data):
+    layers = []
+    for i, (w, b) in enumerate(weights):
+        lin = nn.Linear(w.shape[1], w.shape[0])
+        lin.load_state_dict({"weight": w, "bias": b})
+        layers.append(lin)
+        if i < len(weights) - 1:
+            layers.append(nn.ReLU())
+    model = nn.Sequential(*layers)
+    opt = nn.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    pool = Cycle([(mt.from_numpy(x), mt.from_numpy(y)) for x, y in data])
+
+    def step():
+        x, y = pool.next()
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return step, lambda: [p.numpy() for p in model.parameters()]
+
+
+# ---------------------------------------------------------------- PyTorch
+
+def torch_step(weights, data):
+    import torch
+    layers = []
+    for i, (w, b) in enumerate(weights):
+        lin = torch.nn.Linear(w.shape[1], w.shape[0])
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(w))
+            lin.bias.copy_(torch.from_numpy(b))
+        layers.append(lin)
+        if i < len(weights) - 1:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    pool = Cycle([(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data])
+
+    def step():
+        x, y = pool.next()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return step, lambda: [p.detach().numpy() for p in model.parameters()]
+
+
+# ---------------------------------------------------------------- NumPy by hand
+
+def numpy_step(weights, data):
+    params = [(w.copy(), b.copy()) for w, b in weights]
+    bufs: list = [None] * (2 * len(params))
+    pool = Cycle(data)
+    last = len(params) - 1
+
+    def step():
+        x, y = pool.next()
+        n = len(y)
+        acts = [x]
+        h = x
+        for i, (w, b) in enumerate(params):  # forward: h = relu(h @ W.T + b)
+            h = h @ w.T
+            h += b
+            if i < last:
+                np.maximum(h, 0, out=h)
+            acts.append(h)
+        g = h - h.max(1, keepdims=True)  # dloss/dlogits = (softmax - onehot) / n
+        np.exp(g, out=g)
+        g /= g.sum(1, keepdims=True)
+        g[np.arange(n), y] -= 1
+        g *= np.float32(1 / n)
+        for i in range(last, -1, -1):
+            w, b = params[i]
+            a = acts[i]
+            gw, gb = g.T @ a, g.sum(0)
+            if i:
+                g = g @ w
+                g *= a > 0  # relu'(z) from its output
+            for j, (p, grad) in enumerate(((w, gw), (b, gb))):
+                k = 2 * i + j
+                if bufs[k] is None:  # PyTorch's first momentum step copies the gradient
+                    bufs[k] = grad
+                else:
+                    bufs[k] *= np.float32(MOMENTUM)
+                    bufs[k] += grad
+                p -= np.float32(LR) * bufs[k]
+
+    def params_out():
+        return [a for pair in params for a in pair]
+
+    return step, params_out
+
+
+# ---------------------------------------------------------------- driver
+
+def check_same_steps(weights, data):
+    """minitorch_exp and the NumPy floor must do the same work: compare 5 steps."""
+    (mstep, mparams), (nstep, nparams) = minitorch_step(weights, data), numpy_step(weights, data)
+    for _ in range(5):
+        mstep()
+        nstep()
+    for a, b in zip(mparams(), nparams()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5) -> dict[str, float]:
+    """Seconds per call of each step: the median over ``rounds`` rounds, the frameworks
+    taking turns within each round so that a noisy neighbour slows them all alike."""
+    numbers = {}
+    for name, fn in steps.items():
+        fn()  # warm-up (caches, JIT, momentum buffers)
+        number, elapsed = 1, 0.0
+        while elapsed < min_time / rounds / len(steps):
+            number *= 2
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            elapsed = time.perf_counter() - start
+        numbers[name] = number
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, fn in steps.items():
+            start = time.perf_counter()
+            for _ in range(numbers[name]):
+                fn()
+            samples[name].append((time.perf_counter() - start) / numbers[name])
+    return {name: statistics.median(ts) for name, ts in samples.items()}
+
+
+def kernels_per_step(step) -> dict[str, int]:
+    step()
+    step()
+    with mt.count_kernels() as k:
+        step()
+    return {kind: n for kind, n in k.counts.items() if n}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2, help="threads for every library")
+    parser.add_argument("--min-time", type=float, default=0.5,
+                        help="seconds of measurement per row")
+    args = parser.parse_args(argv)
+
+    pinned = pin_threads(args.threads)
+    print_machine_info()
+    print(f"{'pinned':>22}: {pinned}\n")
+    try:
+        import torch  # noqa: F401
+        has_torch = True
+    except ImportError:
+        has_torch = False
+        print("PyTorch not installed: its rows are skipped\n")
+
+    vs_numpy = Table("mlp_train", baseline="numpy")
+    vs_torch = Table("mlp_train_vs_pytorch", baseline="pytorch")
+    summary = []
+    for arch, sizes in ARCHS.items():
+        weights = initial_weights(sizes)
+        for batch in BATCHES:
+            data = batches(batch)
+            size = f"{arch} b{batch}"
+            check_same_steps(weights, data)
+            makers = {"numpy": numpy_step, "minitorch_exp": minitorch_step}
+            if has_torch:
+                makers["pytorch"] = torch_step
+            steps = {name: make(weights, data)[0] for name, make in makers.items()}
+            times = interleaved_timeit(steps, args.min_time * len(steps))
+            for name, t in times.items():
+                vs_numpy.add(name, size, t)
+                vs_torch.add(name, size, t)
+            kernels = kernels_per_step(minitorch_step(weights, data)[0])
+            summary.append((size, batch, times, kernels))
+            print(f"  {size}: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in times.items()),
+                  flush=True)
+
+    lines = ["| size | framework | time/step | samples/s | vs numpy | vs pytorch |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for size, batch, times, _ in summary:
+        for name, t in times.items():
+            vt = f"{t / times['pytorch']:.2f}x" if "pytorch" in times else ""
+            lines.append(f"| {size} | {name} | {format_seconds(t)} | {batch / t:,.0f} | "
+                         f"{t / times['numpy']:.2f}x | {vt} |")
+    lines += ["", "Kernels per minitorch_exp training step (forward + loss + backward + SGD "
+              "momentum), from `mt.count_kernels()`:", "",
+              "| size | total | by kind |", "| --- | ---: | --- |"]
+    for size, _, _, kernels in summary:
+        kinds = ", ".join(f"{k} {v}" for k, v in kernels.items() if k != "total")
+        lines.append(f"| {size} | {kernels.get('total', 0)} | {kinds} |")
+    text = (f"# MLP training step, {args.threads} threads\n\nTime per step is the median of 5 "
+            "interleaved rounds; ratios are time / time of the named framework at the same size "
+            "(below 1 is faster).\n\n" + "\n".join(lines) + "\n")
+    print("\n" + text)
+    vs_numpy.write()
+    vs_torch.write()
+    from common import RESULTS_DIR, _atomic_write_text
+    _atomic_write_text(RESULTS_DIR / "mlp_train_summary.md", text)
+    print(f"wrote {RESULTS_DIR}/mlp_train.{{md,csv}}, mlp_train_vs_pytorch.{{md,csv}}, "
+          "mlp_train_summary.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,300 @@
+"""Optimizer updates: this project's fused kernels against NumPy, numexpr and PyTorch.
+
+Two updates on float32 vectors of 1e3 .. 1e7 elements:
+
+* ``seed``: ``w[...] = -eta * (g + lam * w)`` (the update the project started from);
+* ``adam``: ``m = b1 m + (1-b1) g``, ``v = b2 v + (1-b2) g^2``,
+  ``w -= lr m_hat / (sqrt(v_hat) + eps)`` -- three statements, a dozen ops.
+
+Rows: ours with the NumPy block evaluator and the numba evaluator (1 and 2
+threads), naive NumPy (full-size temporaries, the baseline), hand-written
+NumPy with ``out=``, numexpr, PyTorch eager in place, optionally
+``torch.compile`` (``--torch-compile``; its first compile takes ~30 s here),
+and the memory floor for the bytes the update must move at least (each array
+read once and written once). Then the extra memory each needs at 1e7, and
+(``--threshold``) the serial/parallel crossover of the numba kernels.
+
+Run: ``python benchmarks/bench_update.py [--quick] [--torch-compile] [--threshold]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import RESULTS_DIR, Table, bandwidth_floor, pin_threads, print_machine_info, timeit
+
+import minitorch_exp.tensor as mt
+from minitorch_exp.tensor import cpu_numba
+
+ETA, LAM = 0.1, 0.01
+B1, B2, LR, EPS = 0.9, 0.999, 1e-3, 1e-8
+C1, C2 = 1 - B1 ** 10, 1 - B2 ** 10   # bias corrections at step 10
+BYTES_PER_ELEMENT = {"seed": 3 * 4, "adam": 7 * 4}  # read g, w (m, v); write w (m, v)
+
+
+def arrays(n: int, count: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.random(n, dtype=np.float32) + 0.5 for _ in range(count)]
+
+
+# ---- the seed update ---------------------------------------------------------
+
+def seed_ours(n):
+    w, g = (mt.from_numpy(a) for a in arrays(n, 2))
+    return lambda: w.__setitem__(Ellipsis, -ETA * (g + LAM * w))
+
+
+def seed_naive(n):
+    w, g = arrays(n, 2)
+    return lambda: w.__setitem__(Ellipsis, -ETA * (g + LAM * w))
+
+
+def seed_out(n):
+    w, g = arrays(n, 2)
+
+    def step():
+        np.multiply(w, LAM, out=w)
+        np.add(w, g, out=w)
+        np.multiply(w, -ETA, out=w)
+    return step
+
+
+def seed_numexpr(n):
+    import numexpr as ne
+    w, g = arrays(n, 2)
+    return lambda: ne.evaluate("-eta * (g + lam * w)", out=w,
+                               local_dict={"eta": ETA, "lam": LAM, "g": g, "w": w})
+
+
+def seed_torch(n):
+    import torch
+    w, g = (torch.from_numpy(a) for a in arrays(n, 2))
+    return lambda: w.mul_(LAM).add_(g).mul_(-ETA)
+
+
+def seed_torch_compile(n):
+    import torch
+    w, g = (torch.from_numpy(a) for a in arrays(n, 2))
+
+    @torch.compile(dynamic=False)
+    def step(w, g):
+        w.copy_(-ETA * (g + LAM * w))
+    return lambda: step(w, g)
+
+
+# ---- the Adam update ---------------------------------------------------------
+
+def adam_ours(n):
+    w, g, m, v = (mt.from_numpy(a) for a in arrays(n, 4))
+
+    def step():
+        m[...] = B1 * m + (1 - B1) * g
+        v[...] = B2 * v + (1 - B2) * g * g
+        w[...] = w - LR * (m / C1) / ((v / C2).sqrt() + EPS)
+    return step
+
+
+def adam_naive(n):
+    w, g, m, v = arrays(n, 4)
+
+    def step():
+        m[...] = B1 * m + (1 - B1) * g
+        v[...] = B2 * v + (1 - B2) * g * g
+        w[...] = w - LR * (m / C1) / (np.sqrt(v / C2) + EPS)
+    return step
+
+
+def adam_out(n):
+    w, g, m, v = arrays(n, 4)
+    t = np.empty_like(w)
+
+    def step():
+        np.multiply(m, B1, out=m)
+        np.multiply(g, 1 - B1, out=t)
+        np.add(m, t, out=m)
+        np.multiply(v, B2, out=v)
+        np.multiply(g, g, out=t)
+        np.multiply(t, 1 - B2, out=t)
+        np.add(v, t, out=v)
+        np.divide(v, C2, out=t)
+        np.sqrt(t, out=t)
+        np.add(t, EPS, out=t)
+        np.divide(m, t, out=t)
+        np.multiply(t, LR / C1, out=t)
+        np.subtract(w, t, out=w)
+    return step
+
+
+def adam_numexpr(n):
+    import numexpr as ne
+    w, g, m, v = arrays(n, 4)
+    names = {"b1": B1, "b2": B2, "lr": LR, "eps": EPS, "c1": C1, "c2": C2,
+             "w": w, "g": g, "m": m, "v": v}
+
+    def step():
+        ne.evaluate("b1 * m + (1 - b1) * g", out=m, local_dict=names)
+        ne.evaluate("b2 * v + (1 - b2) * g * g", out=v, local_dict=names)
+        ne.evaluate("w - lr * (m / c1) / (sqrt(v / c2) + eps)", out=w, local_dict=names)
+    return step
+
+
+def adam_torch(n):
+    import torch
+    w, g, m, v = (torch.from_numpy(a) for a in arrays(n, 4))
+
+    def step():
+        m.mul_(B1).add_(g, alpha=1 - B1)
+        v.mul_(B2).addcmul_(g, g, value=1 - B2)
+        denom = (v / C2).sqrt_().add_(EPS)   # one temporary, as torch.optim.Adam has
+        w.addcdiv_(m, denom, value=-LR / C1)
+    return step
+
+
+def adam_torch_compile(n):
+    import torch
+    w, g, m, v = (torch.from_numpy(a) for a in arrays(n, 4))
+
+    @torch.compile(dynamic=False)
+    def step(w, g, m, v):
+        m.copy_(B1 * m + (1 - B1) * g)
+        v.copy_(B2 * v + (1 - B2) * g * g)
+        w.copy_(w - LR * (m / C1) / ((v / C2).sqrt() + EPS))
+    return lambda: step(w, g, m, v)
+
+
+PEERS = {
+    "seed": {"numpy naive": seed_naive, "numpy out=": seed_out, "numexpr": seed_numexpr,
+             "torch eager": seed_torch, "torch.compile": seed_torch_compile},
+    "adam": {"numpy naive": adam_naive, "numpy out=": adam_out, "numexpr": adam_numexpr,
+             "torch eager": adam_torch, "torch.compile": adam_torch_compile},
+}
+OURS = {"seed": seed_ours, "adam": adam_ours}
+
+
+# ---- running -----------------------------------------------------------------
+
+def set_threads(n: int) -> None:
+    pin_threads(n)
+    try:
+        import numexpr
+        numexpr.set_num_threads(n)
+    except ImportError:
+        pass
+
+
+def time_ours(table, update, n, min_time) -> None:
+    with mt.using_cpu_backend("numpy"):
+        table.add("ours numpy-blocks", n, timeit(OURS[update](n), min_time=min_time))
+    with mt.using_cpu_backend("numba"):
+        for threads in (1, 2):
+            set_threads(threads)
+            table.add(f"ours numba {threads}T", n, timeit(OURS[update](n), min_time=min_time))
+    set_threads(2)
+
+
+def time_peers(table, update, n, min_time, with_compile: bool) -> None:
+    for name, make in PEERS[update].items():
+        if name == "torch.compile" and not with_compile:
+            continue
+        try:
+            step = make(n)
+        except ImportError as err:
+            print(f"  {name}: skipped ({err})")
+            continue
+        table.add(name, n, timeit(step, min_time=min_time))
+
+
+def run_update(update, sizes, min_time, with_compile) -> Table:
+    table = Table(f"update_{update}", baseline="numpy naive")
+    for n in sizes:
+        set_threads(2)
+        time_peers(table, update, n, min_time, with_compile)
+        time_ours(table, update, n, min_time)
+        table.add("memory floor", n, bandwidth_floor(BYTES_PER_ELEMENT[update] * n))
+        print(f"  {update} n={n:.0e} done", flush=True)
+    return table
+
+
+# ---- memory ------------------------------------------------------------------
+
+def peak_extra_bytes(step) -> int:
+    """Peak bytes allocated (as tracemalloc sees NumPy's buffers) during one call."""
+    step()  # warm up: kernels compiled, scratch buffers made
+    gc.collect()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    step()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def memory_table(n: int) -> str:
+    rows = []
+    for update in ("seed", "adam"):
+        for backend in ("numpy", "numba"):
+            with mt.using_cpu_backend(backend):
+                rows.append((update, f"ours {backend}", peak_extra_bytes(OURS[update](n))))
+        for name in ("numpy naive", "numpy out="):
+            rows.append((update, name, peak_extra_bytes(PEERS[update][name](n))))
+    lines = [f"# Peak extra memory during one update, n = {n:.0e} float32",
+             "", f"Each operand is {4 * n / 2**20:.1f} MiB.", "",
+             "| update | name | peak extra |", "| --- | --- | ---: |"]
+    lines += [f"| {u} | {name} | {b / 2**20:.2f} MiB |" for u, name, b in rows]
+    return "\n".join(lines) + "\n"
+
+
+# ---- serial/parallel crossover of the numba kernels --------------------------
+
+def threshold_table(min_time) -> Table:
+    """Serial vs prange variant of the same kernel, by size (2 threads)."""
+    table = Table("numba_parallel_threshold", baseline="serial")
+    set_threads(2)
+    saved = cpu_numba.PARALLEL_MIN
+    with mt.using_cpu_backend("numba"):
+        for update in ("seed", "adam"):
+            for k in range(12, 23, 2):
+                n = 1 << k
+                for name, limit in (("serial", 1 << 62), ("parallel", 0)):
+                    cpu_numba.PARALLEL_MIN = limit
+                    table.add(name, f"{update} 2^{k}", timeit(OURS[update](n), min_time=min_time))
+    cpu_numba.PARALLEL_MIN = saved
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="sizes 1e3 and 1e5 only")
+    parser.add_argument("--torch-compile", action="store_true", help="add torch.compile rows")
+    parser.add_argument("--threshold", action="store_true", help="numba serial vs parallel")
+    args = parser.parse_args()
+    print_machine_info()
+    sizes = [10**3, 10**5] if args.quick else [10**3, 10**5, 10**6, 10**7]
+    min_time = 0.1 if args.quick else 0.3
+    for update in ("seed", "adam"):
+        table = run_update(update, sizes, min_time, args.torch_compile)
+        table.print()
+        table.write()
+    if not args.torch_compile:
+        print("torch.compile: skipped (its first compile takes ~30 s on the reference "
+              "machine); add --torch-compile")
+    memory = memory_table(sizes[-1])
+    print(memory)
+    (RESULTS_DIR / "update_memory.md").write_text(memory)
+    if args.threshold:
+        table = threshold_table(min_time)
+        table.print()
+        table.write()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,642 @@
+"""explain(): what an expression computes, which kernels run it, and what fusion saves.
+
+``explain(e)`` turns a lazy expression into text for a person learning how it
+will run:
+
+* the **tree**, one node per line, with shape and dtype; each computing node is
+  tagged with the kernel (``K1``, ``K2``...) that computes it, and each leaf
+  says how it is laid out in memory (contiguous, transposed, broadcast...);
+* the **kernels**, in the order they run, and for every boundary the reason it
+  was cut: a dot or reduction whose result feeds more elementwise work, or a
+  reshape that cannot be pushed to the leaves (``ViewExp.reason``). A dtype
+  change is never a boundary: a cast is one more step per element;
+* each kernel's **Plan** and its **code**: the NumPy block schedule as
+  pseudo-code, or the numba / CUDA source the other backends compile;
+* the **cost** against eager NumPy, which runs op by op and allocates a new
+  array for every op.
+
+The splitting into kernels mirrors ``engine.resolve_boundaries`` without
+evaluating anything. ``explain_node`` does the same for the Node graph, and
+``debug_run`` prints each kernel as it runs when ``MINITORCH_DEBUG`` is set.
+This module reads Nodes by duck typing, so ``tensor/`` still never imports
+``node/``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+import weakref
+from dataclasses import dataclass
+
+from . import counters
+from . import layout as L
+from .backends import backend_for, cpu_backend
+from .device import as_device
+from .expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, as_exp, describe
+from .kernels import (
+    Kernel,
+    Splitter,
+    body_leaves,
+    compiled_source,
+    eager_traffic,
+    fused_traffic,
+    human_bytes,
+    numpy_schedule,
+    plural,
+    realized,
+    split,
+    unique,
+)
+from .tensor import Tensor
+
+# ---- names: call leaves what the user called them --------------------------------
+
+
+def caller_names() -> dict[int, str]:
+    """``id(value) -> variable name`` for tensors and Nodes in the caller's frame.
+
+    The caller is the first frame outside this package, so ``e.explain()`` and
+    a debug line from deep inside the engine both see the user's names.
+    """
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("minitorch_exp"):
+        frame = frame.f_back
+    names: dict[int, str] = {}
+    if frame is not None:
+        for scope in (frame.f_globals, frame.f_locals):  # locals win
+            for name, value in list(scope.items()):
+                if not name.startswith("_") and (isinstance(value, Exp) or _is_node(value)):
+                    names[id(value)] = name
+                    if _is_node(value):
+                        names.setdefault(id(value._value), name)
+    del frame
+    return names
+
+
+def split_named(e: Exp, names: Names, loop_shape=None) -> Splitter:
+    """``kernels.split``, with the temporaries it invents (``K1``...) added to ``names``."""
+    s = split(e, loop_shape)
+    names.known.update(s.labels)
+    return s
+
+
+def _is_node(x) -> bool:
+    return hasattr(x, "grad_fn") and hasattr(x, "_value")
+
+
+class Names:
+    """Labels for leaves: the user's variable name, a kernel's temporary, or ``tensor#n``."""
+
+    def __init__(self, known: dict[int, str] | None = None, auto: str = "tensor#"):
+        self.known = dict(known or {})
+        self.auto: dict[int, str] = {}
+        self.prefix = auto
+
+    def __call__(self, x) -> str:
+        name = self.known.get(id(x))
+        if name is None:
+            name = self.auto.setdefault(id(x), f"{self.prefix}{len(self.auto) + 1}")
+        return name
+
+
+# ---- splitting a tree into kernels (mirrors engine.resolve_boundaries) ---------------
+
+
+# ---- one-line formulas ------------------------------------------------------------
+
+
+_INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2),
+          "pow": ("**", 4), "eq": ("==", 0), "ne": ("!=", 0), "lt": ("<", 0),
+          "le": ("<=", 0), "gt": (">", 0), "ge": (">=", 0)}
+
+
+def formula(e: Exp, names: Names, prec: int = 0) -> str:
+    """Infix text of an expression, parenthesized only where needed."""
+    if type(e) is Scalar:
+        return repr(e.value)
+    if e.kind == RVALUE:
+        return names(e)
+    if realized(e) is not None:
+        return names(realized(e))
+    if type(e) is Map and e.op.name in _INFIX:
+        sym, p = _INFIX[e.op.name]
+        a, b = e.args
+        text = f"{formula(a, names, p)} {sym} {formula(b, names, p + 1)}"
+        return f"({text})" if p < prec else text
+    if type(e) is Map and e.op.name == "neg":
+        return f"-{formula(e.args[0], names, 3)}"
+    if type(e) is Map:
+        return f"{e.op.name}({', '.join(formula(a, names) for a in e.args)})"
+    if type(e) is Dot:
+        text = f"{formula(e.a, names, 2)} @ {formula(e.b, names, 3)}"
+        return f"({text})" if prec > 2 else text
+    inner = formula(e.children()[0], names, 5)
+    return f"{inner}.{_method(e)}"
+
+
+def _method(e: Exp) -> str:
+    if type(e) is Cast:
+        return f"astype({e.dtype.name})"
+    if type(e) is Reduce:
+        axes = e.axes[0] if len(e.axes) == 1 else e.axes
+        return f"{e.op}({axes}{', keepdims=True' if e.keepdims else ''})"
+    return e.what  # ViewExp
+
+
+def _short(text: str, width: int = 90) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+# ---- the tree ---------------------------------------------------------------------
+
+
+def shape_str(e) -> str:
+    if type(e) is Scalar:
+        return "scalar"
+    return f"{tuple(e.shape)} {e.dtype.name}"
+
+
+def layout_note(t: Tensor, loop_shape=None) -> str:
+    """How a leaf sits in memory and how a kernel walking ``loop_shape`` reads it."""
+    if t.storage is None:
+        return "temporary (written by an earlier kernel)"
+    lay = t.layout
+    if loop_shape is not None and tuple(loop_shape) != t.shape:
+        lay = L.broadcast_layout(lay, tuple(loop_shape))
+        return f"broadcast to {tuple(loop_shape)}: strides {lay.strides}"
+    return f"{_layout_kind(lay)}, strides {lay.strides}" + (
+        f", offset {lay.offset}" if lay.offset else "")
+
+
+def _layout_kind(lay: L.Layout) -> str:
+    moving = [(n, s) for n, s in zip(lay.shape, lay.strides) if n > 1]
+    if any(s == 0 for _, s in moving):
+        return "broadcast view (stride 0)"
+    if any(s < 0 for _, s in moving):
+        return "reversed view"
+    if L.is_contiguous(lay.shape, lay.strides):
+        return "contiguous"
+    steps = [abs(s) for _, s in moving]
+    return "transposed view" if steps != sorted(steps, reverse=True) else "strided view"
+
+
+@dataclass
+class Row:
+    tag: str
+    text: str
+    info: str
+    note: str
+
+
+class TreeView:
+    """Renders a tree with kernel tags; ``stop`` names nodes drawn as leaves (graph nodes)."""
+
+    def __init__(self, names: Names, splitter: Splitter | None = None, stop=None, aliases=None):
+        self.names = names
+        self.kernel_of = splitter.kernel_of if splitter else {}
+        self.stop = stop or {}
+        self.aliases = aliases or {}
+
+    def rows(self, e: Exp) -> list[Row]:
+        out: list[Row] = []
+        self._walk(e, "", "", None, out, set())
+        return out
+
+    def _walk(self, e, lead, branch, loop, out, seen) -> None:
+        k = self.kernel_of.get(id(e))
+        repeat = id(e) in seen and self.children(e)
+        out.append(Row(k.name if k else "", lead + self.label(e),
+                       shape_str(e), "shared: same node as above" if repeat else
+                       self.note(e, k, loop)))
+        if repeat:
+            return
+        seen.add(id(e))
+        loop = (None if type(e) is Dot else k.loop_shape) if k else loop
+        kids = self.children(e)
+        for i, c in enumerate(kids):
+            last = i == len(kids) - 1
+            self._walk(c, branch + ("└─ " if last else "├─ "),
+                       branch + ("   " if last else "│  "), loop, out, seen)
+
+    def children(self, e) -> tuple:
+        if self._stopped(e) or e.kind == RVALUE or type(e) is Scalar or realized(e) is not None:
+            return ()
+        return e.children()
+
+    def _stopped(self, e) -> bool:
+        return id(e) in self.stop or id(getattr(e, "realized", None)) in self.stop
+
+    def label(self, e) -> str:
+        if self._stopped(e):
+            return self.stop.get(id(e)) or self.stop[id(realized(e))]
+        if type(e) is Scalar:
+            return repr(e.value)
+        if e.kind == RVALUE:
+            return self.names(e)
+        if realized(e) is not None:
+            return f"{describe(e)} = {self.names(realized(e))}"
+        alias = self.aliases.get(id(e))
+        return f"{describe(e)} [{alias}]" if alias else describe(e)
+
+    def note(self, e, k: Kernel | None, loop) -> str:
+        if self._stopped(e) or type(e) is Scalar:
+            return ""
+        if e.kind == RVALUE:
+            return layout_note(e, loop)
+        if realized(e) is not None:
+            return "already computed earlier (a value the user kept); read from memory"
+        if k is not None and k.node is e:
+            return {"blas": "BLAS", "reduce": "reduction, input fused into its pass",
+                    "fused": "one fused pass"}[k.kind] + (" ✂ → temporary" if k.cut else "")
+        if type(e) is Cast:
+            return "a cast fuses: one more step per element"
+        if type(e) is ViewExp:
+            return "a view of the temporary below (no copy)"
+        return ""
+
+
+def render_rows(rows: list[Row], indent: str = "  ", tags: bool = True) -> list[str]:
+    """Rows as aligned text: kernel tag, tree, shape and dtype, note."""
+    text_w = min(48, max(len(r.text) for r in rows))
+    info_w = max(len(r.info) for r in rows)
+    tag_w = max((len(r.tag) for r in rows), default=0) if tags else 0
+    tag = (lambda r: f"{r.tag:<{tag_w}}  ") if tag_w else (lambda r: "")
+    return [f"{indent}{tag(r)}{r.text:<{text_w}}  {r.info:<{info_w}}  {r.note}".rstrip()
+            for r in rows]
+
+
+# ---- plans and code ---------------------------------------------------------------
+
+
+def plan_text(k: Kernel, names: Names) -> list[str]:
+    plan, leaves, scalars = k.planned()
+    inputs = [f"in{i} = {names(t)} {shape_str(t)}" for i, t in enumerate(leaves)]
+    inputs += [f"s{i} = {v!r}" for i, v in enumerate(scalars)]
+    head = (f"Plan of {k.name} ({plural(len(plan.instrs), 'instruction')}, "
+            f"{plural(plan.n_leaves, 'tensor input')}; cached by structure, never by data)")
+    body = plan.describe().splitlines()
+    if k.kind == "reduce":
+        body.append(f"  then {k.body.op} over axes {k.body.axes} in the same pass")
+    return [head, "  inputs: " + ";  ".join(inputs)] + body
+
+
+def kernel_code(k: Kernel, device, backend: str, dst=None, saver: str = "=",
+                names: Names | None = None) -> list[str]:
+    """Title and lines of the code that runs ``k`` on ``device`` with ``backend``."""
+    if k.kind == "blas":
+        lib = "cupy" if device.type == "cuda" else "np"
+        operands = ", ".join((names or Names())(x) for x in (k.body.a, k.body.b))
+        return [f"Code of {k.name}: one BLAS call ({'cuBLAS' if lib == 'cupy' else 'NumPy'})",
+                f"  {lib}.matmul({operands}, out=...)   # writes {k.name}'s result"]
+    if device.type == "cuda":
+        source = compiled_source(k, dst, saver, "cuda")
+        if source is not None:
+            return [f"Code of {k.name}: CUDA C++ for cuda (compiled once per structure)"] + source
+        note = " (tensor/cuda.py offers no source yet; NumPy schedule shown)"
+    elif backend == "numba":
+        source = compiled_source(k, dst, saver, "numba")
+        if source is not None:
+            return [f"Code of {k.name}: Python compiled by numba for cpu"] + source
+        note = " (numba source unavailable; NumPy schedule shown)"
+    else:
+        note = ""
+    return [f"Code of {k.name}: NumPy schedule for cpu{note}"] + numpy_schedule(k, saver)
+
+
+# ---- cost against eager NumPy -------------------------------------------------------
+
+
+def cost_text(e: Exp, kernels: list[Kernel], out, saver: str, dst_name: str) -> list[str]:
+    eager, ours = eager_traffic(e), fused_traffic(kernels, out, saver)
+    rows = [("passes over memory", eager.passes, ours.passes),
+            ("arrays allocated", eager.arrays, ours.arrays),
+            ("bytes read", human_bytes(eager.read), human_bytes(ours.read)),
+            ("bytes written", human_bytes(eager.written), human_bytes(ours.written)),
+            ("bytes moved", human_bytes(eager.moved), human_bytes(ours.moved))]
+    lines = ["Cost against eager NumPy (op by op, a new array per op)",
+             f"  {'':<20}{'eager NumPy':>14}{'minitorch_exp':>16}"]
+    lines += [f"  {label:<20}{a:>14}{b:>16}" for label, a, b in rows]
+    ratio = eager.moved / ours.moved if ours.moved else 1.0
+    temps = len(kernels) - 1
+    lines.append(f"  eager NumPy allocates {plural(max(eager.arrays - 1, 0), 'temporary')} "
+                 f"and the result; here {plural(temps, 'temporary')}, and the result goes "
+                 f"straight into {dst_name}: {ratio:.1f}x less memory traffic")
+    return lines
+
+
+# ---- explain ----------------------------------------------------------------------
+
+
+def explain(e, device=None, backend: str | None = None, out=None, saver: str = "=") -> str:
+    """Explain how ``e`` will be evaluated: tree, kernels and cuts, Plans, code, cost.
+
+    Args:
+        e: an expression (or a Tensor, or a Node: then ``explain_node`` answers).
+        device: whose code to show (default: the expression's device). ``'cuda'``
+            shows the generated CUDA source even on a machine without a GPU.
+        backend: the CPU evaluator to show, ``'numpy'`` or ``'numba'`` (default:
+            the current one, see ``set_cpu_backend``).
+        out: the tensor the result will be written into (``out[...] = e``).
+        saver: ``'='``, ``'+='``, ``'-='``, ``'*='`` or ``'/='``.
+    """
+    if _is_node(e):
+        return explain_node(e)
+    e = as_exp(e)
+    names = Names(caller_names())
+    device = as_device(device or e.device or "cpu")
+    backend = "cuda" if device.type == "cuda" else (backend or cpu_backend())
+    trivial = _trivial(e, names)
+    if trivial:
+        return trivial
+    s = split_named(e, names, out.shape if out is not None else None)
+    dst_name = names(out) if out is not None else "a new tensor"
+    lines = [_headline(e, names, out, saver, device, backend), ""]
+    lines += ["Tree (K = the kernel computing each node)"] + render_rows(TreeView(names, s).rows(e))
+    lines += [""] + kernels_text(s.kernels, names, dst_name) + alias_text(s.kernels[-1], out, names)
+    for k in s.kernels:
+        if k.kind != "blas":
+            lines += [""] + plan_text(k, names)
+        last = k is s.kernels[-1]
+        lines += [""] + kernel_code(k, device, backend, out if last else None,
+                                    saver if last else "=", names)
+    lines += [""] + cost_text(e, s.kernels, out, saver, dst_name)
+    return "\n".join(lines)
+
+
+def _headline(e, names, out, saver, device, backend) -> str:
+    target = f"{names(out)}[...] {saver} " if out is not None else "result = "
+    return (f"explain: {_short(target + formula(e, names))}\n"
+            f"  -> {shape_str(e)} on {device}, {backend} backend")
+
+
+def _trivial(e: Exp, names: Names) -> str | None:
+    if type(e) is Scalar:
+        return f"explain: the scalar {e.value!r}: nothing to compute until it meets a tensor"
+    if e.kind == RVALUE:
+        return (f"explain: {names(e)} is a tensor {shape_str(e)}, {layout_note(e)}: "
+                "nothing to compute; evaluating it returns the tensor itself")
+    if realized(e) is not None:
+        return (f"explain: {describe(e)} {shape_str(e)} was computed earlier and is kept; "
+                "using it again reads memory and runs no kernel")
+    return None
+
+
+def kernels_text(kernels: list[Kernel], names: Names, dst_name: str) -> list[str]:
+    eager = eager_traffic(kernels[-1].node).passes
+    lines = [f"Kernels: {len(kernels)} (eager NumPy would run {plural(eager, 'pass')}, "
+             "one per op)"]
+    for k in kernels:
+        lines.append(f"  {k.name}  {k.kind:<6} {_short(_kernel_summary(k, names), 72)}")
+        lines.append(f"      -> {'temporary ' + k.name if k.cut else dst_name}; "
+                     f"{plural(len(k.members), 'node')} in one pass")
+        if k.cut:
+            lines.append(f"      cut: {k.cut}")
+    casts = [m for k in kernels for m in k.members if type(m) is Cast]
+    if casts:
+        lines.append(f"  note: {describe(casts[0])} is no boundary: a dtype change is one more "
+                     "step per element, so it fuses")
+    return lines
+
+
+def alias_text(k: Kernel, out, names: Names) -> list[str]:
+    """What happens when the destination is also read by the kernel writing it."""
+    if out is None or k.kind == "blas":
+        return []
+    x = k.body.x if k.kind == "reduce" else k.body
+    lines = []
+    for t in body_leaves(x):
+        if t.storage is not out.storage:
+            continue
+        if t.layout == out.layout and k.kind != "reduce":
+            lines.append(f"  note: {names(t)} is read and written by {k.name}: each element is "
+                         "read before the same element is written, so no copy is needed")
+        else:
+            lines.append(f"  note: {names(t)} overlaps the destination at other positions: "
+                         "the engine copies it first (one extra pass), as NumPy's result needs")
+    return lines
+
+
+def _kernel_summary(k: Kernel, names: Names) -> str:
+    if k.kind == "reduce":
+        return f"{k.body.op} over axes {k.body.axes} of {formula(k.body.x, names)}"
+    return formula(k.body, names)
+
+
+# ---- explain_node: the graph around a Node --------------------------------------------
+
+
+def node_graph(root) -> tuple[list, dict[int, list]]:
+    """Nodes reachable from ``root`` through ``grad_fn``, inputs before their consumers.
+
+    Returns ``(nodes, consumers)``; ``consumers[id(n)]`` lists the nodes reading ``n``.
+    Iterative depth-first search, as ``backward`` walks the graph.
+    """
+    order, consumers, expanded = [], {}, set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in expanded:
+            continue
+        expanded.add(id(node))
+        stack.append((node, True))
+        for parent in node_inputs(node):
+            consumers.setdefault(id(parent), []).append(node)
+            if id(parent) not in expanded:
+                stack.append((parent, False))
+    return order, consumers
+
+
+def node_inputs(node) -> list:
+    ctx = node.grad_fn
+    return [] if ctx is None else unique([x for x in ctx.inputs if _is_node(x)])
+
+
+def fused_groups(nodes: list, consumers: dict[int, list]) -> list[list]:
+    """Lazy nodes grouped with the nodes that read them: each group is one kernel.
+
+    A lazy value is computed inside its consumer's kernel (a realized consumer
+    already ran it that way). When all of its consumers end up in one group,
+    it joins that group; when they are in different kernels, each of them
+    recomputes it, so it joins none. ``nodes`` must list inputs before consumers.
+    """
+    group = {id(n): [n] for n in nodes}
+    for n in reversed(nodes):  # consumers first: their groups are final
+        users = consumers.get(id(n), [])
+        targets = unique([group[id(u)] for u in users])
+        if n.is_lazy and len(targets) == 1:
+            target = targets[0]
+            target.extend(group[id(n)])
+            for m in group[id(n)]:
+                group[id(m)] = target
+    rank = {id(n): i for i, n in enumerate(nodes)}
+    groups = [sorted(g, key=lambda m: rank[id(m)]) for g in unique(list(group.values()))]
+    return [g for g in groups if len(g) > 1]
+
+
+def node_op(node) -> str:
+    """The op that made ``node``: an elementwise op's name, else the Function's name."""
+    ctx = node.grad_fn
+    if ctx is None:
+        if node.is_lazy:
+            return f"{describe(node._value)} (not recorded: no input requires grad)"
+        return "leaf" if node.requires_grad else "tensor"
+    name, attrs = ctx.fn.__name__, ctx.attrs
+    if name == "Elementwise":
+        return attrs["op"]
+    shown = {k: attrs[k] for k in ("axes", "shape", "dims", "axis", "op") if k in attrs}
+    args = ", ".join(f"{k}={v}" for k, v in shown.items())
+    return f"{name}({args})" if args else name
+
+
+def node_state(node) -> str:
+    """``lazy`` (an expression not computed yet), ``in memory``, a view, or a leaf."""
+    if node.is_lazy:
+        return "lazy"
+    if node.grad_fn is None:
+        return "leaf, requires grad" if node.requires_grad else "constant"
+    value = node._value
+    if value.kind == RVALUE and any(getattr(p._value, "storage", None) is value.storage
+                                    for p in node_inputs(node)):
+        return "in memory (a view of its input)"
+    return "in memory"
+
+
+def node_names(nodes: list, known: dict[int, str]) -> dict[int, str]:
+    """The user's variable name for each node, else ``n1``, ``n2``... (never a user's name)."""
+    names = {id(n): known[id(n)] for n in nodes if id(n) in known}
+    taken = set(known.values())
+    counter = itertools.count(1)
+    for node in nodes:
+        if id(node) not in names:
+            name = next(f"n{i}" for i in counter if f"n{i}" not in taken)
+            names[id(node)] = name
+    return names
+
+
+def node_values(nodes: list, names: dict[int, str], skip) -> dict[int, str]:
+    """``id(value) -> node name`` for the values of every node but ``skip``."""
+    return {id(n._value): names[id(n)] for n in nodes if n is not skip}
+
+
+def explain_node(node, depth: int = 4) -> str:
+    """The graph around ``node`` (``depth`` levels of inputs), its fusion groups, its expression."""
+    nodes, consumers = node_graph(node)
+    known = caller_names()
+    names = node_names(nodes, known)
+    lines = [f"explain {names[id(node)]}: {node_op(node)} -> {shape_str(node._value)}, "
+             f"{node_state(node)}", "", f"Graph ({depth} levels of inputs)"]
+    lines += render_rows(_graph_rows(node, names, consumers, depth))
+    lines += [""] + _groups_text(fused_groups(nodes, consumers), names)
+    if node.is_lazy:
+        values = node_values(nodes, names, node)
+        leaf_names = Names({**known, **values})
+        s = split_named(node._value, leaf_names)
+        lines += ["", f"Expression of {names[id(node)]}: realizing it runs "
+                      f"{plural(len(s.kernels), 'kernel')}; [name] = a node of the graph"]
+        lines += render_rows(TreeView(leaf_names, s, aliases=values).rows(node._value))
+    return "\n".join(lines)
+
+
+def _graph_rows(root, names, consumers, depth) -> list[Row]:
+    rows: list[Row] = []
+    seen: set[int] = set()
+
+    def walk(n, lead, branch, level):
+        repeat = id(n) in seen
+        note = "see above" if repeat else _fusion_note(n, names, consumers)
+        rows.append(Row("", f"{lead}{names[id(n)]}: {node_op(n)}", shape_str(n._value),
+                        f"{node_state(n)}{'; ' + note if note else ''}"))
+        seen.add(id(n))
+        kids = [] if repeat else node_inputs(n)
+        if kids and level >= depth:
+            rows.append(Row("", f"{branch}└─ … {plural(len(kids), 'more input')}", "", ""))
+            return
+        for i, c in enumerate(kids):
+            last = i == len(kids) - 1
+            walk(c, branch + ("└─ " if last else "├─ "), branch + ("   " if last else "│  "),
+                 level + 1)
+
+    walk(root, "", "", 0)
+    return rows
+
+
+def _fusion_note(n, names, consumers) -> str:
+    users = consumers.get(id(n), [])
+    if not n.is_lazy or not users:
+        return ""
+    if len(users) > 1:
+        return f"read by {', '.join(names[id(u)] for u in users)}"
+    return f"fuses into {names[id(users[0])]}"
+
+
+def _groups_text(groups: list[list], names) -> list[str]:
+    if not groups:
+        return ["Fusion: no lazy chains here; every node above is its own kernel or a leaf"]
+    lines = ["Fusion (each group runs as one kernel)"]
+    for g in groups:
+        sink = g[-1]
+        when = "will run when it is realized" if sink.is_lazy else "already ran"
+        members = ", ".join(names[id(n)] for n in g)
+        lines.append(f"  {members}  -> one kernel producing {names[id(sink)]} ({when})")
+    return lines
+
+
+# ---- MINITORCH_DEBUG: print each kernel as it runs ----------------------------------
+
+
+_RUNS = itertools.count(1)
+_PRODUCED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Storage -> "#n"
+
+
+def debug_run(run, dst, e: Exp, saver: str) -> None:
+    """Run one kernel (``run(dst, e, saver)``) and print it at the current debug level.
+
+    1: one line (kind, device/backend, destination, formula); 2: plus time,
+    bytes moved and GB/s; 3: plus the expression tree; 4: plus the source.
+    A temporary made by an earlier kernel is named by that kernel's ``#n``.
+    """
+    sync = _synchronize(dst.device)
+    sync()
+    start = time.perf_counter()
+    run(dst, e, saver)
+    sync()
+    number = next(_RUNS)
+    text = debug_text(counters.DEBUG, number, dst, e, saver, time.perf_counter() - start)
+    _PRODUCED[dst.storage] = f"#{number}"
+    print(text, flush=True)
+
+
+def _synchronize(device):
+    if device.type != "cuda":
+        return lambda: None
+    return lambda: device.xp.cuda.get_current_stream().synchronize()
+
+
+def debug_text(level: int, number: int, dst, e: Exp, saver: str, seconds: float) -> str:
+    names = Names(caller_names())
+    for t in body_leaves(e):
+        if t.storage in _PRODUCED and id(t) not in names.known:
+            names.known[id(t)] = _PRODUCED[t.storage]
+    names.known.setdefault(id(dst), "out")
+    s = split_named(e, names, dst.shape)
+    k = s.kernels[-1]
+    backend = backend_for(dst.device).name
+    line = (f"[mt #{number}] {k.kind:<6} {dst.device}/{backend:<5} {names(dst)} {saver} "
+            f"{shape_str(dst)}  {_short(formula(e, names), 60)}")
+    if level >= 2:
+        moved = fused_traffic([k], dst, saver).moved
+        line += (f"  | {seconds * 1e3:.3f} ms  {human_bytes(moved)}  "
+                 f"{moved / max(seconds, 1e-9) / 1e9:.2f} GB/s")
+    lines = [line]
+    if level >= 3:
+        lines += render_rows(TreeView(names, s).rows(e), indent="    ", tags=False)
+    if level >= 4:
+        code = kernel_code(k, dst.device, backend, dst, saver, names)
+        code[0] = code[0].replace(f"Code of {k.name}", "Code", 1)
+        lines += ["    " + x for x in code]
+    return "\n".join(lines)

@@ -1,0 +1,192 @@
+"""Losses against PyTorch and finite differences; bad targets raise clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch_exp as mt
+from minitorch_exp import nn
+from minitorch_exp.nn import functional as F
+
+RNG = np.random.default_rng(1)
+N, C = 6, 5
+
+
+def logits(dtype=np.float32, scale=2.0):
+    return (RNG.standard_normal((N, C)) * scale).astype(dtype)
+
+
+def targets(n=N):
+    return RNG.integers(0, C, n).astype(np.int64)
+
+
+def ce_reference(z, t, smoothing=0.0):
+    """Per-sample cross-entropy in float64 NumPy."""
+    z = z.astype(np.float64)
+    m = z.max(1, keepdims=True)
+    logp = z - m - np.log(np.exp(z - m).sum(1, keepdims=True))
+    q = np.full(z.shape, smoothing / z.shape[1])
+    q[np.arange(len(t)), t] += 1 - smoothing
+    return -(q * logp).sum(1)
+
+
+# ---- values against NumPy ---------------------------------------------------------
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_against_numpy(reduction, smoothing):
+    z, t = logits(), targets()
+    got = nn.CrossEntropyLoss(reduction=reduction, label_smoothing=smoothing)(
+        mt.tensor(z), t).numpy()
+    ref = ce_reference(z, t, smoothing)
+    ref = {"mean": ref.mean(), "sum": ref.sum(), "none": ref}[reduction]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_cross_entropy_extreme_logits_stay_finite():
+    z = np.array([[1000.0, -1000.0, 0.0], [-1000.0, 1000.0, 0.0], [1000.0, 1000.0, -1000.0]],
+                 np.float32)
+    t = np.array([0, 0, 1])
+    x = mt.tensor(z, requires_grad=True)
+    loss = F.cross_entropy(x, t, reduction="none")
+    np.testing.assert_allclose(loss.numpy(), [0.0, 2000.0, np.log(2)], rtol=1e-6, atol=1e-6)
+    mt.sum(loss).backward()
+    g = x.grad.numpy()
+    assert np.isfinite(g).all()
+    np.testing.assert_allclose(g, [[0, 0, 0], [-1, 1, 0], [0.5, -0.5, 0]], atol=1e-6)
+    smoothed = F.cross_entropy(mt.tensor(z), t, label_smoothing=0.2)
+    assert np.isfinite(smoothed.item())
+
+
+def test_nll_loss_and_mse_against_numpy():
+    z, t = logits(), targets()
+    lp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    got = nn.NLLLoss()(mt.tensor(lp), t).item()
+    np.testing.assert_allclose(got, -lp[np.arange(N), t].mean(), rtol=1e-6)
+    np.testing.assert_allclose(F.nll_loss(mt.tensor(lp), t, reduction="sum").item(),
+                               -lp[np.arange(N), t].sum(), rtol=1e-6)
+    a, b = logits(), logits()
+    np.testing.assert_allclose(nn.MSELoss()(mt.tensor(a), mt.tensor(b)).item(),
+                               ((a - b) ** 2).mean(), rtol=1e-6)
+    np.testing.assert_allclose(F.mse_loss(mt.tensor(a), mt.tensor(b), "none").numpy(),
+                               (a - b) ** 2, rtol=1e-6)
+    np.testing.assert_allclose(F.mse_loss(mt.tensor(a), b, "sum").item(),
+                               ((a - b) ** 2).sum(), rtol=1e-5)
+
+
+def test_module_and_functional_forms_agree():
+    z, t = mt.tensor(logits()), targets()
+    assert nn.CrossEntropyLoss()(z, t).item() == F.cross_entropy(z, t).item()
+    lp = F.log_softmax(z, 1)
+    assert nn.NLLLoss(reduction="sum")(lp, t).item() == F.nll_loss(lp, t, "sum").item()
+    np.testing.assert_allclose(F.nll_loss(lp, t).item(), F.cross_entropy(z, t).item(),
+                               rtol=1e-6)
+
+
+def test_targets_as_node_list_or_array():
+    z, t = mt.tensor(logits()), targets()
+    want = F.cross_entropy(z, t).item()
+    assert F.cross_entropy(z, mt.tensor(t)).item() == want
+    assert F.cross_entropy(z, t.tolist()).item() == want
+    assert F.cross_entropy(z, t.astype(np.int32)).item() == want
+
+
+# ---- PyTorch ------------------------------------------------------------------------
+
+CASES = [
+    ("ce_mean", lambda x, t: F.cross_entropy(x, t),
+     lambda tf, x, t: tf.cross_entropy(x, t)),
+    ("ce_sum", lambda x, t: F.cross_entropy(x, t, reduction="sum"),
+     lambda tf, x, t: tf.cross_entropy(x, t, reduction="sum")),
+    ("ce_none", lambda x, t: F.cross_entropy(x, t, reduction="none"),
+     lambda tf, x, t: tf.cross_entropy(x, t, reduction="none")),
+    ("ce_smooth", lambda x, t: nn.CrossEntropyLoss(label_smoothing=0.15)(x, t),
+     lambda tf, x, t: tf.cross_entropy(x, t, label_smoothing=0.15)),
+    ("ce_smooth_sum", lambda x, t: F.cross_entropy(x, t, "sum", 0.3),
+     lambda tf, x, t: tf.cross_entropy(x, t, reduction="sum", label_smoothing=0.3)),
+    ("nll", lambda x, t: nn.NLLLoss()(F.log_softmax(x, 1), t),
+     lambda tf, x, t: tf.nll_loss(tf.log_softmax(x, 1), t)),
+    ("nll_none", lambda x, t: F.nll_loss(x, t, "none"),
+     lambda tf, x, t: tf.nll_loss(x, t, reduction="none")),
+]
+
+
+@pytest.mark.parametrize("name,mine,theirs", CASES, ids=[c[0] for c in CASES])
+def test_class_losses_match_torch(name, mine, theirs):
+    torch = pytest.importorskip("torch")
+    z, t = logits(), targets()
+    x = mt.tensor(z, requires_grad=True)
+    xt = torch.from_numpy(z.copy()).requires_grad_(True)
+    loss, lt = mine(x, t), theirs(torch.nn.functional, xt, torch.from_numpy(t))
+    np.testing.assert_allclose(loss.numpy(), lt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    g = RNG.uniform(0.5, 1.5, loss.shape).astype(np.float32)
+    loss.backward(mt.tensor(g))
+    lt.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_matches_torch(reduction):
+    torch = pytest.importorskip("torch")
+    a, b = logits(), logits()
+    x, y = mt.tensor(a, requires_grad=True), mt.tensor(b, requires_grad=True)
+    xt, yt = (torch.from_numpy(v.copy()).requires_grad_(True) for v in (a, b))
+    loss = nn.MSELoss(reduction)(x, y)
+    lt = torch.nn.functional.mse_loss(xt, yt, reduction=reduction)
+    np.testing.assert_allclose(loss.numpy(), lt.detach().numpy(), rtol=1e-5)
+    g = np.ones(loss.shape, np.float32)
+    loss.backward(mt.tensor(g))
+    lt.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(y.grad.numpy(), yt.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_extreme_logits_match_torch():
+    torch = pytest.importorskip("torch")
+    z = np.array([[1000.0, -1000.0, 3.0], [-1000.0, 999.0, 1000.0]], np.float32)
+    t = np.array([2, 1])
+    x = mt.tensor(z, requires_grad=True)
+    xt = torch.from_numpy(z.copy()).requires_grad_(True)
+    loss = F.cross_entropy(x, t, label_smoothing=0.1)
+    lt = torch.nn.functional.cross_entropy(xt, torch.from_numpy(t), label_smoothing=0.1)
+    np.testing.assert_allclose(loss.item(), lt.item(), rtol=1e-6)
+    loss.backward()
+    lt.backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), atol=1e-6)
+
+
+# ---- finite differences -------------------------------------------------------------
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses_gradcheck(reduction):
+    t = targets()
+    z = mt.tensor(logits(np.float64), requires_grad=True)
+    assert mt.gradcheck(lambda x: F.cross_entropy(x, t, reduction), [z])
+    assert mt.gradcheck(lambda x: F.cross_entropy(x, t, reduction, 0.2), [z])
+    assert mt.gradcheck(lambda x: F.nll_loss(F.log_softmax(x, 1), t, reduction), [z])
+    y = mt.tensor(logits(np.float64), requires_grad=True)
+    assert mt.gradcheck(lambda a, b: F.mse_loss(a, b, reduction), [z, y])
+
+
+# ---- bad targets -----------------------------------------------------------------
+
+def test_bad_targets_raise_clear_errors():
+    z = mt.tensor(logits())
+    with pytest.raises(ValueError, match=r"class targets must be in \[0, 5\)"):
+        F.cross_entropy(z, np.array([0, 1, 2, 3, 4, 5]))
+    with pytest.raises(ValueError, match=r"class targets must be in \[0, 5\)"):
+        F.nll_loss(z, np.array([0, -1, 2, 3, 4, 0]))
+    with pytest.raises(TypeError, match="must be integers, got float"):
+        F.cross_entropy(z, np.zeros(N, np.float32))
+    with pytest.raises(TypeError, match="must be integers"):
+        nn.NLLLoss()(z, mt.zeros(N))
+    for bad in (np.zeros(N - 1, np.int64), np.zeros((N, 1), np.int64), np.array(1)):
+        with pytest.raises(ValueError, match=r"shape \(N, C\) and target of shape \(N,\)"):
+            F.cross_entropy(z, bad)
+    with pytest.raises(ValueError, match=r"shape \(N, C\)"):
+        F.cross_entropy(mt.tensor(np.zeros(C, np.float32)), np.array([1]))
+    with pytest.raises(ValueError, match="reduction must be"):
+        F.cross_entropy(z, targets(), reduction="avg")
+    with pytest.raises(ValueError, match="mse_loss: input shape"):
+        F.mse_loss(z, mt.zeros(N, C + 1))

@@ -1,0 +1,263 @@
+"""The backward engine: long chains, diamonds, reuse, retain_graph, errors, leaf shapes,
+and saved tensors written in place between forward and backward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch_exp as mt
+
+from ._helpers import compare_with_torch, leaf
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_ten_thousand_op_chain(fused):
+    """No recursion limit: the topological sort and the lazy chains are iterative/bounded."""
+    x = leaf([0.5, -1.0])
+    with mt.fusion(fused):
+        y = x
+        for _ in range(5000):
+            y = y * 1.0001
+            y = y + 0.001
+        loss = y.sum()
+        loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1.0001 ** 5000] * 2, rtol=1e-9)
+    expected = x.numpy() * 1.0001 ** 5000 + 0.001 * sum(1.0001 ** k for k in range(5000))
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-9)
+
+
+def test_long_chain_of_non_elementwise_ops():
+    x = leaf(np.ones((2, 2)))
+    y = x
+    for _ in range(3000):
+        y = y.T.reshape(2, 2) @ mt.tensor(np.eye(2), dtype=mt.float64)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.ones((2, 2)))
+
+
+def test_diamond():
+    torch = pytest.importorskip("torch")
+    a = leaf([[0.3, -0.7], [1.2, 0.1]])
+
+    def f(a, lib):
+        b = a * 2
+        c = b.tanh()
+        d = b.exp()
+        e = lib.softmax(b, 1)
+        return c * d + e @ b
+
+    compare_with_torch(lambda a: f(a, mt), lambda a: f(a, torch), [a])
+
+
+def test_reused_node_b_eq_a_plus_a():
+    a = leaf([1.0, -2.0, 3.0])
+    b = a + a
+    c = b * b
+    c.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), 8 * a.numpy())  # d(4a^2)/da
+    assert b.grad is None and c.grad is None
+
+
+def test_same_node_as_both_operands_and_in_many_consumers():
+    torch = pytest.importorskip("torch")
+    a = leaf([[0.5, -1.5, 2.0]])
+
+    def f(a):
+        s = a.sigmoid()
+        return s * s + s / (a * a + 1) - s.sum(1, keepdims=True) * a + (s @ s.T)
+
+    def tf(a):
+        s = a.sigmoid()
+        return s * s + s / (a * a + 1) - s.sum(1, keepdim=True) * a + (s @ s.T)
+
+    compare_with_torch(f, tf, [a])
+    assert mt.gradcheck(f, [a])
+
+
+def test_backward_twice_with_retain_graph_doubles_leaf_grads():
+    a = leaf([1.0, 2.0])
+    w = leaf([3.0, -1.0])
+    b = a * w
+    c = b.tanh() * 2
+    loss = c.sum()
+    loss.backward(retain_graph=True)
+    ga, gw = a.grad.numpy().copy(), w.grad.numpy().copy()
+    loss.backward(retain_graph=True)
+    np.testing.assert_allclose(a.grad.numpy(), 2 * ga)
+    np.testing.assert_allclose(w.grad.numpy(), 2 * gw)
+    loss.backward()  # the last one may free the graph
+    np.testing.assert_allclose(a.grad.numpy(), 3 * ga)
+    for inter in (b, c, loss):
+        assert inter.grad is None
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: (a * a).sum(),
+    lambda a: (a @ a).exp(),
+    lambda a: a.max() * 2,
+    lambda a: mt.cat([a, a])[1:].sum(),
+    lambda a: a.reshape(2, 1).T.sum(),
+    lambda a: mt.log_softmax(a, 0).mean(),
+])
+def test_second_backward_without_retain_graph_raises(make):
+    a = leaf([1.0, 2.0])
+    loss = make(a)
+    loss.backward()
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        loss.backward()
+
+
+def test_separate_graphs_accumulate_into_grad():
+    a = leaf([1.0, 2.0])
+    (a * 3).sum().backward()
+    (a * a).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [5.0, 7.0])
+    a.grad = None
+    (a * 3).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [3.0, 3.0])
+
+
+def test_grad_zero_and_accumulate():
+    a = leaf([1.0, 2.0])
+    (a * 3).sum().backward()
+    a.grad.zero_()
+    (a * 2).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [2.0, 2.0])
+
+
+def test_backward_without_grad_on_non_scalar_is_an_error():
+    a = leaf([1.0, 2.0])
+    with pytest.raises(RuntimeError, match=r"single-element.*\(2,\)"):
+        (a * 2).backward()
+    assert a.grad is None
+    (a * 2)[:1].backward()  # one element (not 0-d) is fine, as in PyTorch
+    np.testing.assert_allclose(a.grad.numpy(), [2.0, 0.0])
+
+
+def test_backward_on_something_without_grad_is_an_error():
+    with pytest.raises(RuntimeError, match="requires_grad"):
+        mt.tensor([1.0]).sum().backward()
+
+
+def test_backward_from_a_leaf():
+    a = leaf([1.0, 2.0])
+    a.backward(mt.tensor([0.5, 0.25], dtype=mt.float64))
+    np.testing.assert_allclose(a.grad.numpy(), [0.5, 0.25])
+
+
+def test_grad_has_the_leaf_shape_for_broadcast_operands():
+    a = leaf(np.ones((3, 1)))
+    b = leaf(np.ones((4,)))
+    c = leaf(np.array(2.0))
+    d = leaf(np.ones((1, 1, 4)))
+    out = a * b + c - d / a
+    assert out.shape == (1, 3, 4)
+    out.sum().backward()
+    assert a.grad.shape == (3, 1) and b.grad.shape == (4,)
+    assert c.grad.shape == () and d.grad.shape == (1, 1, 4)
+    np.testing.assert_allclose(a.grad.numpy(), np.full((3, 1), 4 + 4))  # b + d/a^2
+    np.testing.assert_allclose(c.grad.numpy(), 12.0)
+    np.testing.assert_allclose(d.grad.numpy(), np.full((1, 1, 4), -3.0))
+
+
+def test_unused_and_non_grad_inputs_get_no_grad():
+    a = leaf([1.0])
+    b = leaf([2.0])
+    c = leaf([3.0], requires_grad=False)
+    (a * c).sum().backward()
+    assert b.grad is None and c.grad is None
+    np.testing.assert_allclose(a.grad.numpy(), [3.0])
+
+
+def test_detach_stops_the_gradient():
+    a = leaf([1.0, 2.0])
+    (a * a.detach()).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [1.0, 2.0])
+
+
+# ---- saved tensors written in place between forward and backward -------------------
+
+def _write_add(w):
+    with mt.no_grad():
+        w += 1
+
+
+def _write_data(w):
+    w.data[...] = 0
+
+
+def _write_item(w):
+    with mt.no_grad():
+        w[0] = 5.0
+
+
+def _write_zero(w):
+    with mt.no_grad():
+        w.zero_()
+
+
+WRITES = [_write_add, _write_data, _write_item, _write_zero]
+
+SAVING_OPS = {
+    "mul": lambda x, w: (x * w).sum(),
+    "tanh": lambda x, w: w.tanh().sum() + x.sum(),
+    "div": lambda x, w: (x / (w + 3)).sum(),
+    "MatMul": lambda x, w: (x @ w.reshape(2, 1)).sum(),
+    "max": lambda x, w: w.max() + x.sum(),
+    "pow": lambda x, w: (x ** w).sum(),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SAVING_OPS))
+@pytest.mark.parametrize("write", WRITES)
+def test_in_place_write_to_a_saved_tensor_is_reported(op, write):
+    x = leaf([1.0, 2.0])
+    w = leaf([0.5, 1.5])
+    loss = SAVING_OPS[op](x, w)
+    write(w)
+    with pytest.raises(RuntimeError, match=rf"{op}.*modified in place"):
+        loss.backward()
+
+
+def test_in_place_write_after_backward_is_fine():
+    x = leaf([1.0, 2.0])
+    w = leaf([0.5, 1.5])
+    loss = (x * w).sum()
+    loss.backward()
+    _write_add(w)
+    np.testing.assert_allclose(x.grad.numpy(), [0.5, 1.5])
+
+
+def test_in_place_write_to_an_unrelated_tensor_is_fine():
+    x = leaf([1.0, 2.0])
+    w = leaf([0.5, 1.5])
+    other = leaf([9.0, 9.0])
+    loss = (x * w).sum()
+    _write_add(other)
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [0.5, 1.5])
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("write", [_write_add, _write_data])
+def test_in_place_write_to_a_saved_intermediate_never_gives_wrong_grads(fused, write):
+    """``y = x * 2`` (maybe lazy) is saved by ``y * w``; writing into y afterwards must
+    either be reported or leave the gradient of the forward that was computed."""
+    with mt.fusion(fused):
+        x = leaf([1.0, 2.0])
+        w = leaf([3.0, 4.0])
+        y = x * 2
+        loss = (y * w).sum()
+        value = loss.item()
+        write(y)
+        try:
+            loss.backward()
+        except RuntimeError as e:
+            assert "modified in place" in str(e)
+            return
+    assert value == 22.0
+    np.testing.assert_allclose(w.grad.numpy(), [2.0, 4.0])
+    np.testing.assert_allclose(x.grad.numpy(), [6.0, 8.0])
