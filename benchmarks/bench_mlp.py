@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 
@@ -253,7 +254,11 @@ def main(argv=None) -> int:
     for size, _, _, kernels in summary:
         kinds = ", ".join(f"{k} {v}" for k, v in kernels.items() if k != "total")
         lines.append(f"| {size} | {kernels.get('total', 0)} | {kinds} |")
-    text = (f"# MLP training step, {args.threads} threads\n\nTime per step is the median of 5 "
+    load = ""
+    if hasattr(os, "getloadavg"):
+        load = " Load average during the run: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    text = (f"# MLP training step, {args.threads} threads\n\n{load}\n\n"
+            "Time per step is the median of 5 "
             "interleaved rounds; ratios are time / time of the named framework at the same size "
             "(below 1 is faster).\n\n" + "\n".join(lines) + "\n")
     print("\n" + text)

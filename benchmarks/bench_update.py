@@ -11,10 +11,12 @@ threads), naive NumPy (full-size temporaries, the baseline), hand-written
 NumPy with ``out=``, numexpr, PyTorch eager in place, optionally
 ``torch.compile`` (``--torch-compile``; its first compile takes ~30 s here),
 and the memory floor for the bytes the update must move at least (each array
-read once and written once). Then the extra memory each needs at 1e7, and
-(``--threshold``) the serial/parallel crossover of the numba kernels.
+read once and written once). Then the extra memory each needs at 1e7;
+``--threshold`` adds the serial/parallel crossover of the numba kernels and
+``--threading`` the numba threading layers next to a BLAS call.
 
-Run: ``python benchmarks/bench_update.py [--quick] [--torch-compile] [--threshold]``
+Run: ``python benchmarks/bench_update.py [--quick] [--torch-compile] [--threshold]
+[--threading] [--only threshold|threading]``
 """
 
 from __future__ import annotations
@@ -271,15 +273,76 @@ def threshold_table(min_time) -> Table:
     return table
 
 
+# ---- numba threading layer next to BLAS -----------------------------------------
+
+def threading_child() -> None:
+    """Print timings of a parallel kernel, a BLAS call, and the two back to back."""
+    import json
+    import time
+    n = 1 << 20
+    step = seed_ours(n)
+    a, b = (np.random.default_rng(1).random((256, 256), dtype=np.float32) for _ in range(2))
+    c = np.empty_like(a)
+
+    def median_time(fn) -> float:
+        fn()
+        times = []
+        for _ in range(300):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return float(np.median(times))
+
+    set_threads(2)
+    mt.set_cpu_backend("numba")
+    cpu_numba.PARALLEL_MIN = 0
+    blas = lambda: np.matmul(a, b, out=c)  # noqa: E731
+    result = {"kernel": median_time(step), "blas": median_time(blas)}
+    result["kernel then blas"] = median_time(lambda: (step(), blas()))
+    print(json.dumps(result))
+
+
+def threading_table() -> Table:
+    """The same measurement in one process per numba threading layer."""
+    import json
+    import os
+    import subprocess
+    table = Table("numba_threading_layer", baseline="workqueue: kernel then blas")
+    for layer in ("workqueue", "omp"):
+        env = dict(os.environ, NUMBA_THREADING_LAYER=layer)
+        out = subprocess.run([sys.executable, __file__, "--threading-child"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        for name, seconds in json.loads(out.strip().splitlines()[-1]).items():
+            table.add(f"{layer}: {name}", "2^20 / 256^2", seconds)
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="sizes 1e3 and 1e5 only")
     parser.add_argument("--torch-compile", action="store_true", help="add torch.compile rows")
     parser.add_argument("--threshold", action="store_true", help="numba serial vs parallel")
+    parser.add_argument("--threading", action="store_true", help="numba threading layers")
+    parser.add_argument("--threading-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["threshold", "threading"], help="skip the updates")
     args = parser.parse_args()
+    if args.threading_child:
+        threading_child()
+        return
     print_machine_info()
     sizes = [10**3, 10**5] if args.quick else [10**3, 10**5, 10**6, 10**7]
     min_time = 0.1 if args.quick else 0.3
+    if not args.only:
+        run_updates(args, sizes, min_time)
+    for wanted, make in (("threshold", lambda: threshold_table(min_time)),
+                         ("threading", threading_table)):
+        if getattr(args, wanted) or args.only == wanted:
+            table = make()
+            table.print()
+            table.write()
+
+
+def run_updates(args, sizes, min_time) -> None:
     for update in ("seed", "adam"):
         table = run_update(update, sizes, min_time, args.torch_compile)
         table.print()
@@ -290,10 +353,6 @@ def main() -> None:
     memory = memory_table(sizes[-1])
     print(memory)
     (RESULTS_DIR / "update_memory.md").write_text(memory)
-    if args.threshold:
-        table = threshold_table(min_time)
-        table.print()
-        table.write()
 
 
 if __name__ == "__main__":

@@ -111,7 +111,13 @@ def _propagate(ctx, g: Exp, grads: dict) -> None:
         if count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS:
             ig = realize(ig)
         prev = grads.get(id(inp))
-        grads[id(inp)] = ig if prev is None else prev + ig
+        if prev is not None:
+            # a node with many consumers sums many terms: keep that sum bounded too
+            # (tests/node/test_backward.py::test_node_with_thousands_of_consumers)
+            ig = prev + ig
+            if count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS:
+                ig = realize(ig)
+        grads[id(inp)] = ig
 
 
 def _accumulate(leaf: Node, g: Exp) -> None:

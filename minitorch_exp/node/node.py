@@ -64,7 +64,7 @@ class Node:
         return v
 
     def realize(self) -> Node:
-        self.value
+        _ = self.value  # evaluates a lazy value, once
         return self
 
     @property
@@ -118,13 +118,9 @@ class Node:
         return self.value.tolist()
 
     def detach(self) -> Node:
-        """The same value (shared, not copied) outside the graph."""
-        node = Node(self._value)
-        if self.is_lazy:  # still lazy: it must see its inputs as they are now
-            node._lazy_ops = self._lazy_ops
-            for storage in _storages([self._value]):
-                storage.add_reader(node)
-        return node
+        """The same value outside the graph, sharing memory with this Node as in PyTorch
+        (so a lazy value is realized first: writes into either show in both)."""
+        return Node(self.value)
 
     def clone(self) -> Node:
         from . import ops

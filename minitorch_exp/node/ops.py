@@ -52,6 +52,8 @@ class Elementwise(Function):
 
 def elementwise(op: str, *args) -> Node:
     """Apply op ``op``; broadcast operands are expanded explicitly in the graph first."""
+    # a NumPy operand is copied: the lazy result must not see later writes into the array
+    args = tuple(Node(from_array(a.copy())) if isinstance(a, np.ndarray) else a for a in args)
     shapes = [a.shape for a in args if isinstance(a, (Node, Exp))]
     try:
         shape = broadcast_shapes(*shapes)
@@ -274,6 +276,7 @@ def argmax(x: Node, axis=None, keepdims: bool = False) -> Node:
 def logsumexp(x: Node, axis=None, keepdims: bool = False) -> Node:
     """``log(sum(exp(x)))`` computed stably: the max is subtracted first."""
     m = amax(x, axis, keepdims=True).detach()
+    m = where(abs(m) == math.inf, 0.0, m)  # a row of all -inf gives -inf, not nan (as torch)
     out = log(sum(exp(x - m), axis, keepdims=True)) + m
     return out if keepdims else squeeze(out, axis if axis is not None else None)
 

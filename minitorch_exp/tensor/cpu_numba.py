@@ -74,7 +74,7 @@ from .ops import OPS
 
 MAX_DIMS = 4
 # Element-operations (elements x (operands + instructions)) from which the
-# prange variant runs; measured with bench_update / _measure_threshold.
+# prange variant runs; measured with ``benchmarks/bench_update.py --threshold``.
 PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 19))
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
@@ -103,36 +103,31 @@ def kernel_source(plan, ndim: int, saver: str = "=", kinds: tuple[str, ...] | No
 
 
 def _elementwise_function(name, plan, ndim, saver, kinds, dst_dtype, parallel) -> list[str]:
-    arrays = ["out"] + [f"in{i}" for i in range(plan.n_leaves) if kinds[1 + i] != "d"]
-    kind_of = {"out": kinds[0], **{f"in{i}": kinds[1 + i] for i in range(plan.n_leaves)}}
+    kind_of = {"out": kinds[0], **{f"in{i}": k for i, k in enumerate(kinds[1:])}}
+    arrays = [arr for arr, kind in kind_of.items() if kind != "d"]
     params = [f"n{d}" for d in range(ndim)]
     for arr in arrays:
         params += [arr, f"{arr}_o"] + _stride_params(arr, ndim, kind_of[arr])
-    params += C.scalar_names(plan)
-    lines = [f"def {name}({', '.join(params)}):"]
+    lines = [f"def {name}({', '.join(params + C.scalar_names(plan))}):"]
     base = {arr: f"{arr}_o" for arr in arrays}
-    depth = 1
-    for d in range(ndim - 1):
-        lines.append(_loop(depth, f"i{d}", f"n{d}", parallel and d == 0))
-        depth += 1
+    for d in range(ndim - 1):  # outer loops: advance each operand's base position
+        lines.append(_loop(1 + d, f"i{d}", f"n{d}", parallel and d == 0))
         for arr in arrays:
-            lines.append(_pad(depth) + f"{arr}_p{d} = {base[arr]} + i{d} * {arr}_s{d}")
+            lines.append(_pad(2 + d) + f"{arr}_p{d} = {base[arr]} + i{d} * {arr}_s{d}")
             base[arr] = f"{arr}_p{d}"
     inner = ndim - 1
-    for i in range(plan.n_leaves):
-        if kinds[1 + i] == "0":
-            lines.append(_pad(depth) + f"x{i} = in{i}[np.uint64({base[f'in{i}']})]")
-    lines.append(_loop(depth, f"i{inner}", f"n{inner}", parallel and inner == 0))
-    depth += 1
+    lines += [_pad(ndim) + f"x{i} = in{i}[np.uint64({base[f'in{i}']})]"
+              for i, kind in enumerate(kinds[1:]) if kind == "0"]
+    lines.append(_loop(ndim, f"i{inner}", f"n{inner}", parallel and inner == 0))
     body = [f"p = np.uint64({_position('out', base['out'], kinds[0], inner)})"]
-    for i in range(plan.n_leaves):
-        if kinds[1 + i] == "d":
+    for i, kind in enumerate(kinds[1:]):
+        if kind == "d":
             body.append(f"x{i} = out[p]")
-        elif kinds[1 + i] != "0":
-            pos = _position(f"in{i}", base[f"in{i}"], kinds[1 + i], inner)
-            body.append(f"x{i} = in{i}[np.uint64({pos})]")
+        elif kind != "0":
+            position = _position(f"in{i}", base[f"in{i}"], kind, inner)
+            body.append(f"x{i} = in{i}[np.uint64({position})]")
     body += _body_and_save(plan, saver, dst_dtype)
-    return lines + [_pad(depth) + line for line in body]
+    return lines + [_pad(ndim + 1) + line for line in body]
 
 
 def _stride_params(arr: str, ndim: int, kind: str) -> list[str]:

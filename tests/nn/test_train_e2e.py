@@ -68,7 +68,7 @@ def test_mnist_subset_learns(mnist):
     assert acc > 0.85, f"test accuracy {acc:.3f}"
     assert np.mean(losses[-20:]) < 0.5 * np.mean(losses[:20])
     assert all(np.isfinite(losses))
-    assert elapsed < 30, f"2 epochs on 5,000 images took {elapsed:.1f} s"
+    assert elapsed < 60, f"2 epochs on 5,000 images took {elapsed:.1f} s"
 
 
 def test_adam_learns_too(mnist):

@@ -41,7 +41,8 @@ def leaf(values, layout: str = "contiguous", requires_grad: bool = True) -> mt.N
 
 def torch_twin(node: mt.Node):
     import torch
-    return torch.tensor(np.array(node.numpy()), dtype=torch.float64, requires_grad=node.requires_grad)
+    arr = np.array(node.numpy())  # a copy: torch refuses negative strides
+    return torch.tensor(arr, dtype=torch.float64, requires_grad=node.requires_grad)
 
 
 def compare_with_torch(mt_fn, torch_fn, nodes, rtol=1e-7, atol=1e-9, seed=0):

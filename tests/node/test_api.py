@@ -112,6 +112,18 @@ def test_detach_shares_storage_with_a_leaf():
     np.testing.assert_array_equal(d.numpy(), [2.0, 3.0])
 
 
+def test_detach_of_a_lazy_value_shares_storage_too():
+    for fused in (True, False):
+        with mt.fusion(fused):
+            x = mt.tensor([1.0, 2.0], requires_grad=True)
+            y = x * 2
+            d = y.detach()
+            d += 1  # d does not require grad: a plain in-place write, seen by y (as in torch)
+            np.testing.assert_array_equal(y.numpy(), [3.0, 5.0])
+            y.sum().backward()
+            np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
+
+
 def test_backward_signature():
     x = mt.tensor([1.0, 2.0, 3.0], requires_grad=True)
     y = x * x

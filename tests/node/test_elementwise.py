@@ -142,8 +142,8 @@ def test_where_gradcheck_and_torch(shp, la, lb, seed):
 def test_where_condition_built_from_the_inputs():
     torch = pytest.importorskip("torch")
     x = leaf([-2.0, -0.5, 0.5, 2.0])
-    compare_with_torch(lambda x: mt.where(x > 0, x * x, -x), lambda x: torch.where(x > 0, x * x, -x),
-                       [x])
+    compare_with_torch(lambda x: mt.where(x > 0, x * x, -x),
+                       lambda x: torch.where(x > 0, x * x, -x), [x])
 
 
 @settings(max_examples=25, deadline=None)
@@ -167,6 +167,22 @@ def test_clip_tensor_bounds_get_gradients(shp, seed):
     _gradcheck(mt.clip, x, lo, hi)
     torch = pytest.importorskip("torch")
     compare_with_torch(mt.clip, torch.clamp, [x, lo, hi], seed=seed)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_numpy_operands_broadcast_and_are_copied(reverse):
+    x = leaf([1.0, 2.0, 3.0])
+    arr = np.array([[1.0], [2.0]])
+    y = arr * x if reverse else x * arr
+    assert y.shape == (2, 3)
+    arr[...] = 100  # the lazy product must not see this
+    y.sum().backward()
+    np.testing.assert_array_equal(y.numpy(), [[1, 2, 3], [2, 4, 6]])
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0, 3.0])
+    cond = np.array([[True], [False]])
+    x.grad = None
+    mt.where(cond, x, 0.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 1.0, 1.0])
 
 
 # ---- comparisons: values, but no gradient and no graph ---------------------------

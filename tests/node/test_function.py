@@ -95,7 +95,7 @@ def test_saved_tensors_are_freed_after_backward():
     ctx = out.grad_fn
     out.sum().backward()
     with pytest.raises(RuntimeError, match="freed"):
-        ctx.saved_tensors
+        _ = ctx.saved_tensors
 
 
 def test_backward_returning_the_wrong_count_or_shape_is_reported():

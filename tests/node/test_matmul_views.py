@@ -125,7 +125,7 @@ def test_two_array_gather():
 
 
 def test_indexing_a_lazy_value():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     x = leaf(values(np.random.default_rng(1), (3, 4)))
     compare_with_torch(lambda x: (x * 3 + 1)[1:, ::2].tanh(),
                        lambda x: (x * 3 + 1)[1:, ::2].tanh(), [x])

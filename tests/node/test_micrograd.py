@@ -145,3 +145,84 @@ def test_accumulating_into_a_tensor_with_plus_equals_keeps_the_gradient():
 
     x = leaf(np.arange(9.0).reshape(3, 3))
     compare_with_torch(lambda x: accumulate(x, mt), lambda x: accumulate(x, torch), [x])
+
+
+# ---- random programs -------------------------------------------------------------
+
+UNARY_STEPS = {
+    "tanh": lambda x, lib: x.tanh(),
+    "sigmoid": lambda x, lib: x.sigmoid(),
+    "relu": lambda x, lib: x.relu(),
+    "abs": lambda x, lib: abs(x),
+    "neg": lambda x, lib: -x,
+    "square": lambda x, lib: x * x,
+    "soft_sqrt": lambda x, lib: (x * x + 1) ** 0.5,
+    "log1p_sq": lambda x, lib: (x * x + 1).log(),
+    "exp_tanh": lambda x, lib: x.tanh().exp(),
+    "T": lambda x, lib: x.T if x.ndim == 2 else x,
+    "unsqueeze": lambda x, lib: x.unsqueeze(0),
+    "flatten": lambda x, lib: x.reshape(-1),
+    "softmax": lambda x, lib: lib.softmax(x, -1) if x.ndim else x,
+    "sum_keep": lambda x, lib: x.sum(-1, keepdims=True) if lib is mt else x.sum(-1, True),
+    "mean0": lambda x, lib: x.mean(0) if x.ndim else x,
+    "max_last": lambda x, lib: (x.max(-1) if lib is mt else x.amax(-1)) if x.ndim else x,
+    "slice": lambda x, lib: x[..., ::2] if x.ndim else x,
+}
+
+BINARY_STEPS = {
+    "add": lambda a, b, lib: a + b,
+    "sub": lambda a, b, lib: a - b,
+    "mul": lambda a, b, lib: a * b,
+    "div": lambda a, b, lib: a / (b * b + 1),
+    "maximum": lambda a, b, lib: lib.maximum(a, b),
+}
+
+
+def _broadcastable(sa, sb):
+    try:
+        np.broadcast_shapes(sa, sb)
+        return True
+    except ValueError:
+        return False
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_random_programs_match_torch(data, seed):
+    """Random sequences of ops over a pool of values (reusing earlier results, so graphs
+    have diamonds and broadcasts) agree with PyTorch in value and gradient, fused or not."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(-2, 2, s) for s in [(2, 3), (3,), (3, 2)]]
+    fused = data.draw(st.booleans())
+    with mt.fusion(fused):
+        ours = [leaf(a) for a in arrays]
+        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+        pool = list(zip(ours, theirs))
+        for _ in range(data.draw(st.integers(1, 8))):
+            i = data.draw(st.integers(0, len(pool) - 1))
+            a, ta = pool[i]
+            kind = data.draw(st.sampled_from(["unary", "binary", "matmul"]))
+            if kind == "unary":
+                f = UNARY_STEPS[data.draw(st.sampled_from(sorted(UNARY_STEPS)))]
+                pool.append((f(a, mt), f(ta, torch)))
+            elif kind == "binary":
+                partners = [p for p in pool if _broadcastable(a.shape, p[0].shape)]
+                b, tb = data.draw(st.sampled_from(partners))
+                f = BINARY_STEPS[data.draw(st.sampled_from(sorted(BINARY_STEPS)))]
+                pool.append((f(a, b, mt), f(ta, tb, torch)))
+            else:
+                partners = [p for p in pool if a.ndim and p[0].ndim and
+                            p[0].shape[0] == a.shape[-1] and p[0].ndim <= 2]
+                if partners:
+                    b, tb = data.draw(st.sampled_from(partners))
+                    pool.append((a @ b, ta @ tb))
+        loss = sum((n * (k + 1)).sum() for k, (n, _) in enumerate(pool))
+        tloss = sum((t * (k + 1)).sum() for k, (_, t) in enumerate(pool))
+        loss.backward()
+    tloss.backward()
+    np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-9)
+    for n, t in pool:
+        np.testing.assert_allclose(n.numpy(), t.detach().numpy(), rtol=1e-9, atol=1e-12)
+    for n, t in zip(ours, theirs):
+        np.testing.assert_allclose(n.grad.numpy(), t.grad.numpy(), rtol=1e-8, atol=1e-10)

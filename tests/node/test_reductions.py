@@ -128,7 +128,7 @@ def test_softmax_is_stable_for_large_inputs():
     torch = pytest.importorskip("torch")
     x = leaf([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]])
     for fn, tfn in [(mt.softmax, torch.softmax), (mt.log_softmax, torch.log_softmax)]:
-        compare_with_torch(lambda x: fn(x, 1), lambda x: tfn(x, 1), [x])
+        compare_with_torch(lambda x, fn=fn: fn(x, 1), lambda x, tfn=tfn: tfn(x, 1), [x])
         assert np.all(np.isfinite(x.grad.numpy()))
     compare_with_torch(lambda x: mt.logsumexp(x, 1), lambda x: torch.logsumexp(x, 1), [x])
 
@@ -148,3 +148,16 @@ def test_full_mean_is_a_scalar():
     assert m.shape == () and m.item() == 2.5
     m.backward()
     np.testing.assert_allclose(x.grad.numpy(), np.full((2, 3), 1 / 6))
+
+
+def test_logsumexp_and_log_softmax_with_minus_inf_entries_match_torch():
+    """Masked entries (-inf) get zero gradient; a fully masked row's logsumexp is -inf."""
+    torch = pytest.importorskip("torch")
+    x = leaf([[-np.inf, 0.0, 1.0], [2.0, -np.inf, -np.inf]])
+    compare_with_torch(lambda x: mt.logsumexp(x, 1), lambda x: torch.logsumexp(x, 1), [x])
+    compare_with_torch(lambda x: mt.softmax(x, 1), lambda x: torch.softmax(x, 1), [x])
+    masked = leaf([[-np.inf, -np.inf], [0.5, 1.0]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = mt.logsumexp(masked, 1).numpy()
+    np.testing.assert_array_equal(out[0], -np.inf)
+    np.testing.assert_allclose(out[1], np.log(np.exp(0.5) + np.exp(1.0)))

@@ -46,7 +46,7 @@ def test_random_tree_matches_numpy(case, block):
     with block_size(block):
         out = e.eval()
     assert isinstance(out, Tensor)
-    assert_matches(out, ref, scale=tree.scale)
+    assert_matches(out, ref, scale=tree.scale, f32=tree.f32)
 
 
 @settings(max_examples=60, deadline=None)
@@ -63,14 +63,14 @@ def test_tree_evaluated_into_strided_destination(case, data):
     block = data.draw(st.sampled_from([None, 2]))
     with block_size(block):
         t[idx] = e
-    assert_matches(t, expected, scale=tree.scale)
+    assert_matches(t, expected, scale=tree.scale, f32=tree.f32)
 
 
 @settings(max_examples=40, deadline=None)
 @given(case=expr_cases(max_depth=4, dtypes=(np.dtype(np.float64),)))
 def test_float64_trees_are_tight(case):
     e, ref, tree, _ = case
-    assert_matches(e.eval(), ref, scale=tree.scale)
+    assert_matches(e.eval(), ref, scale=tree.scale, f32=tree.f32)
 
 
 # ---- every built-in op, one at a time ------------------------------------------------
@@ -291,9 +291,9 @@ def test_views_of_expressions(case):
     """Views applied to a whole expression: pushed down to the leaves, same values."""
     e, ref, tree, _ = case
     ref = np.asarray(ref)
-    assert_matches(e.T, ref.T, scale=tree.scale)
-    assert_matches(e.reshape(-1), ref.reshape(-1), scale=tree.scale)
-    assert_matches(e.unsqueeze(0), ref[None], scale=tree.scale)
-    assert_matches(e.flatten(), ref.reshape(-1), scale=tree.scale)
+    assert_matches(e.T, ref.T, scale=tree.scale, f32=tree.f32)
+    assert_matches(e.reshape(-1), ref.reshape(-1), scale=tree.scale, f32=tree.f32)
+    assert_matches(e.unsqueeze(0), ref[None], scale=tree.scale, f32=tree.f32)
+    assert_matches(e.flatten(), ref.reshape(-1), scale=tree.scale, f32=tree.f32)
     if ref.ndim >= 2:
-        assert_matches(e.transpose(0, 1), np.swapaxes(ref, 0, 1), scale=tree.scale)
+        assert_matches(e.transpose(0, 1), np.swapaxes(ref, 0, 1), scale=tree.scale, f32=tree.f32)

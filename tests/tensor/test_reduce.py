@@ -263,4 +263,4 @@ def test_reductions_of_random_trees(case, keepdims, block):
         with block_size(block):
             out = getattr(e, op)(axis=0 if ref.ndim else None, keepdims=keepdims).eval()
         expected = np_reduce(op, ref, 0 if ref.ndim else None, keepdims)
-        assert_matches(out, expected, scale=tree.scale * max(1, ref.size))
+        assert_matches(out, expected, scale=tree.scale * max(1, ref.size), f32=tree.f32)

@@ -110,7 +110,7 @@ def test_every_saver_into_every_kind_of_view(case, saver, data):
     block = data.draw(st.sampled_from([None, 3]))
     with block_size(block):
         mt_save(t_dst, e, saver)
-    assert_matches(t_base, ref_base, scale=tree.scale * 4)
+    assert_matches(t_base, ref_base, scale=tree.scale * 4, f32=tree.f32)
 
 
 @settings(max_examples=60, deadline=None)
