@@ -256,7 +256,7 @@ def main(argv=None) -> int:
         lines.append(f"| {size} | {kernels.get('total', 0)} | {kinds} |")
     load = ""
     if hasattr(os, "getloadavg"):
-        load = " Load average during the run: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        load = "Load average during the run: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
     text = (f"# MLP training step, {args.threads} threads\n\n{load}\n\n"
             "Time per step is the median of 5 "
             "interleaved rounds; ratios are time / time of the named framework at the same size "

@@ -12,11 +12,12 @@ NumPy with ``out=``, numexpr, PyTorch eager in place, optionally
 ``torch.compile`` (``--torch-compile``; its first compile takes ~30 s here),
 and the memory floor for the bytes the update must move at least (each array
 read once and written once). Then the extra memory each needs at 1e7;
-``--threshold`` adds the serial/parallel crossover of the numba kernels and
-``--threading`` the numba threading layers next to a BLAS call.
+``--threshold`` adds the serial/parallel crossover of the numba kernels,
+``--threading`` the numba threading layers next to a BLAS call, and ``--ops``
+the per-op costs of both CPU evaluators.
 
 Run: ``python benchmarks/bench_update.py [--quick] [--torch-compile] [--threshold]
-[--threading] [--only threshold|threading]``
+[--threading] [--ops] [--only threshold|threading|ops]``
 """
 
 from __future__ import annotations
@@ -273,6 +274,34 @@ def threshold_table(min_time) -> Table:
     return table
 
 
+# ---- per-op costs: which evaluator is faster for which op ----------------------
+
+def op_cost_table(min_time) -> Table:
+    """One op over 2^20 float32 elements, serial, backend call only (no Python front end).
+
+    numba compiles exp/log/tanh to one libm call per element; NumPy's ufuncs
+    have SIMD loops for them. These numbers fill ``cpu_numba.OP_COST_NS``.
+    """
+    from minitorch_exp.tensor.backends import _cpu_backend
+    from minitorch_exp.tensor.plan import make_plan
+    set_threads(1)
+    n = 1 << 20
+    x = mt.from_numpy((np.random.default_rng(0).random(n, dtype=np.float32) - 0.5) * 4)
+    y = mt.from_numpy(np.empty(n, np.float32))
+    exprs = {"exp": x.exp(), "log": abs(x).log(), "tanh": x.tanh(), "sigmoid": x.sigmoid(),
+             "pow (x**2)": x ** 2, "pow (x**2.5)": abs(x) ** 2.5, "sqrt": abs(x).sqrt(),
+             "where": mt.where(x > 0, x, 0.1), "x * 2 + 1": x * 2 + 1, "relu": x.relu()}
+    table = Table("cpu_op_costs", baseline="numpy blocks")
+    for label, e in exprs.items():
+        plan, leaves, scalars = make_plan(e, 1)
+        for name, backend in (("numpy blocks", "numpy"), ("numba kernel", "numba")):
+            be = _cpu_backend(backend)
+            step = lambda: be.elementwise(plan, y, leaves, scalars, "=")  # noqa: B023,E731
+            table.add(name, f"{label} 2^20", timeit(step, min_time=min_time))
+    set_threads(2)
+    return table
+
+
 # ---- numba threading layer next to BLAS -----------------------------------------
 
 def threading_child() -> None:
@@ -324,7 +353,9 @@ def main() -> None:
     parser.add_argument("--threshold", action="store_true", help="numba serial vs parallel")
     parser.add_argument("--threading", action="store_true", help="numba threading layers")
     parser.add_argument("--threading-child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--only", choices=["threshold", "threading"], help="skip the updates")
+    parser.add_argument("--ops", action="store_true", help="per-op numba vs NumPy costs")
+    parser.add_argument("--only", choices=["threshold", "threading", "ops"],
+                        help="run only this part")
     args = parser.parse_args()
     if args.threading_child:
         threading_child()
@@ -335,7 +366,8 @@ def main() -> None:
     if not args.only:
         run_updates(args, sizes, min_time)
     for wanted, make in (("threshold", lambda: threshold_table(min_time)),
-                         ("threading", threading_table)):
+                         ("threading", threading_table),
+                         ("ops", lambda: op_cost_table(min_time))):
         if getattr(args, wanted) or args.only == wanted:
             table = make()
             table.print()

@@ -2,82 +2,19 @@
 
 ``import minitorch_exp as mt`` gives the PyTorch-shaped user API (Nodes);
 ``minitorch_exp.tensor`` is the expression-template layer beneath it.
+
+The API is loaded on first attribute access (PEP 562), so that importing
+``minitorch_exp.tensor`` alone never loads the Node or nn levels: imports
+point down only, and a test checks it.
 """
 
-from .node import (
-    Context,
-    Function,
-    Node,
-    arange,
-    empty,
-    empty_like,
-    enable_grad,
-    from_numpy,
-    full,
-    full_like,
-    fusion,
-    gradcheck,
-    is_grad_enabled,
-    no_grad,
-    ones,
-    ones_like,
-    rand,
-    rand_like,
-    randn,
-    randn_like,
-    set_fusion,
-    zeros,
-    zeros_like,
-)
-from .node.anomaly import detect_anomaly
-from .node.graph import draw as draw_graph
-from .node.graph import to_dot
-from .node.ops import (
-    abs,
-    amax,
-    amin,
-    argmax,
-    cat,
-    clip,
-    exp,
-    expand,
-    flatten,
-    log,
-    log_softmax,
-    logsumexp,
-    matmul,
-    maximum,
-    mean,
-    minimum,
-    op,
-    permute,
-    relu,
-    reshape,
-    sigmoid,
-    sign,
-    softmax,
-    sqrt,
-    squeeze,
-    stack,
-    sum,
-    tanh,
-    transpose,
-    unsqueeze,
-    where,
-)
-from .tensor.backends import set_cpu_backend
-from .tensor.counters import count_kernels, kernel_counts, reset_kernel_counts, set_debug
-from .tensor.creation import manual_seed
-from .tensor.device import Device, cuda_available
-from .tensor.dtypes import bool_, float32, float64, int32, int64
-from .tensor.explain import explain
-from .tensor.ops import register_op, unregister_op
-from .serialization import load, save
+import importlib
 
-from .node import tensor as _make_node
-from . import tensor as _tensor_package  # noqa: E402  (the subpackage, not the factory)
+from . import tensor as _tensor_package
 
-Tensor = Node  # the user-facing tensor type, as in PyTorch
+_SUBMODULES = {"api", "nn", "node", "serialization"}
+
+__version__ = "0.1.0"
 
 
 class _CallableTensorPackage(type(_tensor_package)):
@@ -88,24 +25,29 @@ class _CallableTensorPackage(type(_tensor_package)):
     """
 
     def __call__(self, data, dtype=None, device="cpu", requires_grad=False):
-        return _make_node(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        from .node import tensor as make_node
+        return make_node(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 _tensor_package.__class__ = _CallableTensorPackage
-tensor = _tensor_package
 
-__version__ = "0.1.0"
 
-__all__ = [
-    "Context", "Device", "Function", "Node", "Tensor", "abs", "amax", "amin", "arange",
-    "argmax", "bool_", "cat", "clip", "count_kernels", "cuda_available", "detect_anomaly",
-    "draw_graph", "empty", "empty_like", "enable_grad", "exp", "expand", "explain", "flatten",
-    "float32", "float64",
-    "from_numpy", "full", "full_like", "fusion", "gradcheck", "int32", "int64",
-    "is_grad_enabled", "kernel_counts", "load", "log", "log_softmax", "logsumexp",
-    "manual_seed", "matmul", "maximum", "mean", "minimum", "no_grad", "ones", "ones_like",
-    "op", "permute", "rand", "rand_like", "randn", "randn_like", "register_op", "relu",
-    "reset_kernel_counts", "reshape", "save", "set_cpu_backend", "set_debug", "set_fusion",
-    "sigmoid", "sign", "softmax", "sqrt", "squeeze", "stack", "sum", "tanh", "tensor",
-    "to_dot", "transpose", "unregister_op", "unsqueeze", "where", "zeros", "zeros_like",
-]
+def _api():
+    return importlib.import_module(".api", __name__)
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name.startswith("_"):
+        raise AttributeError(name)
+    api = _api()
+    if name == "__all__" or name in api.__all__:
+        value = api.__all__ if name == "__all__" else getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'minitorch_exp' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_api().__all__) | _SUBMODULES)

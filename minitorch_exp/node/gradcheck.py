@@ -51,17 +51,20 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
 
 def _numeric_grad(fn, inputs, x: Node, weights, eps: float) -> np.ndarray:
     values = x.value.numpy()  # shares memory: perturb in place, restore after
+    storage = x.value.storage
     grad = np.zeros(x.shape)
+
+    def write(idx, v):
+        storage.before_write()  # lazy values reading x are realized first, as for any write
+        values[idx] = v
+
     with no_grad():
         for idx in np.ndindex(*x.shape):
             old = values[idx]
-            values[idx] = old + eps
-            x.value.storage.version += 1
+            write(idx, old + eps)
             hi = _as_scalar(fn(*inputs), weights).item()
-            values[idx] = old - eps
-            x.value.storage.version += 1
+            write(idx, old - eps)
             lo = _as_scalar(fn(*inputs), weights).item()
-            values[idx] = old
-            x.value.storage.version += 1
+            write(idx, old)
             grad[idx] = (hi - lo) / (2 * eps)
     return grad

@@ -75,7 +75,18 @@ from .ops import OPS
 MAX_DIMS = 4
 # Element-operations (elements x (operands + instructions)) from which the
 # prange variant runs; measured with ``benchmarks/bench_update.py --threshold``.
-PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 19))
+PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 21))
+
+# LLVM vectorizes arithmetic, comparisons and sqrt, but exp, log and tanh
+# become one libm call per element (no vector math library here), while
+# NumPy's ufuncs run SIMD loops for them. Measured ns per element (float32,
+# one core; ``benchmarks/bench_update.py --ops``) for (numba kernel, NumPy
+# block pass) decide per Plan which evaluator runs arrays of NUMPY_FROM or more.
+OP_COST_NS = {"exp": (2.5, 0.55), "log": (3.0, 0.75), "tanh": (17.0, 0.5),
+              "sigmoid": (7.5, 5.5), "pow": (8.5, 0.45), "where": (0.15, 5.5)}
+OTHER_OP_COST_NS = (0.05, 0.3)
+USER_OP_COST_NS = (3.0, 0.5)
+NUMPY_FROM = 1 << 14
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
@@ -444,7 +455,7 @@ class NumbaBackend:
 
     def elementwise(self, plan, dst, leaves, scalars, saver: str) -> None:
         loops = _loop_layout(dst, leaves)
-        if loops is None:
+        if loops is None or (dst.numel() >= NUMPY_FROM and numpy_is_faster(plan)):
             self.fallback.elementwise(plan, dst, leaves, scalars, saver)
             return
         count("cpu", "fused")
@@ -465,7 +476,7 @@ class NumbaBackend:
         from .plan import make_plan
         plan, leaves, scalars = make_plan(e.x, e.x.ndim)
         loops = _reduce_loops(dst, e, leaves) if e.op != "argmax" else None
-        if loops is None:
+        if loops is None or (e.x.numel() >= NUMPY_FROM and numpy_is_faster(plan)):
             self.fallback.reduce(dst, e, saver)
             return
         count("cpu", "reduce")
@@ -480,6 +491,21 @@ class NumbaBackend:
         chunks = numba.get_num_threads() * 4 if parallel and not loops.kept else 1
         args += [*scalars, float(max(1, C.reduce_count(e.x.shape, e.axes))), chunks]
         (kernel.parallel if parallel else kernel.serial)(*args)
+
+
+def numpy_is_faster(plan) -> bool:
+    """True when NumPy's SIMD ufuncs beat a scalar-libm kernel on this Plan (see OP_COST_NS)."""
+    found = plan.compiled.get("numba-prefers-numpy")
+    if found is None:
+        numba_ns = numpy_ns = 0.0
+        for ins in plan.instrs:
+            op = OPS.get(ins.op)
+            user = op is not None and op.py is None
+            cost = USER_OP_COST_NS if user else OP_COST_NS.get(ins.op, OTHER_OP_COST_NS)
+            numba_ns += cost[0]
+            numpy_ns += cost[1]
+        found = plan.compiled["numba-prefers-numpy"] = numpy_ns < numba_ns
+    return found
 
 
 def _go_parallel(work: int) -> bool:

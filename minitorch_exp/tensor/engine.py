@@ -29,6 +29,8 @@ SAVERS = ("=", "+=", "-=", "*=", "/=")
 def assign(dst, e: Exp, saver: str = "=") -> None:
     """Evaluate ``e`` straight into the tensor ``dst`` with the given saver."""
     _check_assign(dst, e, saver)
+    if e.kind == COMPLEX and e.shape != dst.shape:
+        e = evaluate(e)  # a dot or reduction broadcasting into dst: compute, then copy
     e = resolve_boundaries(e)
     dst.storage.before_write()
     if counters.DEBUG:  # MINITORCH_DEBUG: print each kernel as it runs (explain.py)
@@ -164,3 +166,6 @@ def _check_assign(dst, e: Exp, saver: str) -> None:
     if saver == "/=" and dst.dtype.kind in "bi":
         raise TypeError(f"assign (/=): true division into an {dst.dtype.name} tensor would "
                         "need a cast; use a float tensor")
+    if saver == "-=" and dst.dtype.kind == "b":
+        raise TypeError("assign (-=): cannot subtract from a bool tensor (NumPy refuses "
+                        "boolean subtract); use a numeric tensor")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import textwrap
 import time
 import weakref
 from dataclasses import dataclass
@@ -54,25 +55,37 @@ from .tensor import Tensor
 # ---- names: call leaves what the user called them --------------------------------
 
 
-def caller_names() -> dict[int, str]:
-    """``id(value) -> variable name`` for tensors and Nodes in the caller's frame.
+def caller_names(depth: int = 8) -> dict[int, str]:
+    """``id(value) -> variable name`` for tensors and Nodes in the caller's frames.
 
-    The caller is the first frame outside this package, so ``e.explain()`` and
-    a debug line from deep inside the engine both see the user's names.
+    The caller is the first frame outside this package (so ``e.explain()`` and a
+    debug line from deep in the engine both see the user's names); up to
+    ``depth`` enclosing frames add theirs, inner names winning.
     """
     frame = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__", "").startswith("minitorch_exp"):
         frame = frame.f_back
+    frames = []
+    while frame is not None and len(frames) < depth:
+        frames.append(frame)
+        frame = frame.f_back
     names: dict[int, str] = {}
-    if frame is not None:
-        for scope in (frame.f_globals, frame.f_locals):  # locals win
-            for name, value in list(scope.items()):
-                if not name.startswith("_") and (isinstance(value, Exp) or _is_node(value)):
-                    names[id(value)] = name
-                    if _is_node(value):
-                        names.setdefault(id(value._value), name)
-    del frame
+    for f in reversed(frames):
+        for scope in (f.f_globals, f.f_locals):
+            names.update(_named_values(scope))
+    del frame, frames
     return names
+
+
+def _named_values(scope: dict) -> dict[int, str]:
+    found = {}
+    for name, value in list(scope.items()):
+        if name.startswith("_") or not (isinstance(value, Exp) or _is_node(value)):
+            continue
+        found[id(value)] = name
+        if _is_node(value):
+            found.setdefault(id(value._value), name)
+    return found
 
 
 def split_named(e: Exp, names: Names, loop_shape=None) -> Splitter:
@@ -319,18 +332,25 @@ def cost_text(e: Exp, kernels: list[Kernel], out, saver: str, dst_name: str) -> 
              f"  {'':<20}{'eager NumPy':>14}{'minitorch_exp':>16}"]
     lines += [f"  {label:<20}{a:>14}{b:>16}" for label, a, b in rows]
     ratio = eager.moved / ours.moved if ours.moved else 1.0
-    temps = len(kernels) - 1
-    lines.append(f"  eager NumPy allocates {plural(max(eager.arrays - 1, 0), 'temporary')} "
-                 f"and the result; here {plural(temps, 'temporary')}, and the result goes "
-                 f"straight into {dst_name}: {ratio:.1f}x less memory traffic")
-    return lines
+    eager_temps = plural(max(eager.arrays - 1, 0), "temporary")
+    ours_temps = plural(len(kernels) - 1, "temporary")
+    return lines + wrap("  ", f"eager NumPy allocates {eager_temps} and the result; here "
+                        f"{ours_temps}, and the result goes straight into {dst_name}: "
+                        f"{ratio:.1f}x less memory traffic")
 
 
 # ---- explain ----------------------------------------------------------------------
 
 
-def explain(e, device=None, backend: str | None = None, out=None, saver: str = "=") -> str:
+SECTIONS = ("tree", "kernels", "plan", "code", "cost")
+
+
+def explain(e, device=None, backend: str | None = None, out=None, saver: str = "=",
+            parts=SECTIONS) -> str:
     """Explain how ``e`` will be evaluated: tree, kernels and cuts, Plans, code, cost.
+
+    Nothing is evaluated. Leaves are called by your variable names when the
+    caller has them.
 
     Args:
         e: an expression (or a Tensor, or a Node: then ``explain_node`` answers).
@@ -340,6 +360,7 @@ def explain(e, device=None, backend: str | None = None, out=None, saver: str = "
             the current one, see ``set_cpu_backend``).
         out: the tensor the result will be written into (``out[...] = e``).
         saver: ``'='``, ``'+='``, ``'-='``, ``'*='`` or ``'/='``.
+        parts: which sections to include, from ``SECTIONS``.
     """
     if _is_node(e):
         return explain_node(e)
@@ -352,17 +373,23 @@ def explain(e, device=None, backend: str | None = None, out=None, saver: str = "
         return trivial
     s = split_named(e, names, out.shape if out is not None else None)
     dst_name = names(out) if out is not None else "a new tensor"
-    lines = [_headline(e, names, out, saver, device, backend), ""]
-    lines += ["Tree (K = the kernel computing each node)"] + render_rows(TreeView(names, s).rows(e))
-    lines += [""] + kernels_text(s.kernels, names, dst_name) + alias_text(s.kernels[-1], out, names)
-    for k in s.kernels:
-        if k.kind != "blas":
-            lines += [""] + plan_text(k, names)
-        last = k is s.kernels[-1]
-        lines += [""] + kernel_code(k, device, backend, out if last else None,
-                                    saver if last else "=", names)
-    lines += [""] + cost_text(e, s.kernels, out, saver, dst_name)
-    return "\n".join(lines)
+    sections = {
+        "tree": ["Tree (K = the kernel computing each node)"]
+        + render_rows(TreeView(names, s).rows(e)),
+        "kernels": kernels_text(s.kernels, names, dst_name) + alias_text(s.kernels[-1], out, names),
+        "plan": _join([plan_text(k, names) for k in s.kernels if k.kind != "blas"]),
+        "code": _join([kernel_code(k, device, backend, out if k is s.kernels[-1] else None,
+                                   saver if k is s.kernels[-1] else "=", names)
+                       for k in s.kernels]),
+        "cost": cost_text(e, s.kernels, out, saver, dst_name),
+    }
+    chosen = [sections[p] for p in parts if sections[p]]
+    return "\n".join([_headline(e, names, out, saver, device, backend)] +
+                     [line for block in chosen for line in [""] + block])
+
+
+def _join(blocks: list[list[str]]) -> list[str]:
+    return [line for i, block in enumerate(blocks) for line in ([""] if i else []) + block]
 
 
 def _headline(e, names, out, saver, device, backend) -> str:
@@ -392,12 +419,18 @@ def kernels_text(kernels: list[Kernel], names: Names, dst_name: str) -> list[str
         lines.append(f"      -> {'temporary ' + k.name if k.cut else dst_name}; "
                      f"{plural(len(k.members), 'node')} in one pass")
         if k.cut:
-            lines.append(f"      cut: {k.cut}")
+            lines += wrap("      cut: ", k.cut)
     casts = [m for k in kernels for m in k.members if type(m) is Cast]
     if casts:
-        lines.append(f"  note: {describe(casts[0])} is no boundary: a dtype change is one more "
-                     "step per element, so it fuses")
+        lines += wrap("  note: ", f"{describe(casts[0])} is no boundary: a dtype change is one "
+                      "more step per element, so it fuses")
     return lines
+
+
+def wrap(prefix: str, text: str, width: int = 92) -> list[str]:
+    """``prefix`` + ``text`` wrapped, continuation lines indented under the text."""
+    return textwrap.wrap(text, width, initial_indent=prefix,
+                         subsequent_indent=" " * len(prefix)) or [prefix.rstrip()]
 
 
 def alias_text(k: Kernel, out, names: Names) -> list[str]:
@@ -410,11 +443,12 @@ def alias_text(k: Kernel, out, names: Names) -> list[str]:
         if t.storage is not out.storage:
             continue
         if t.layout == out.layout and k.kind != "reduce":
-            lines.append(f"  note: {names(t)} is read and written by {k.name}: each element is "
-                         "read before the same element is written, so no copy is needed")
+            lines += wrap("  note: ", f"{names(t)} is read and written by {k.name}: each "
+                          "element is read before the same element is written, so no copy is "
+                          "needed")
         else:
-            lines.append(f"  note: {names(t)} overlaps the destination at other positions: "
-                         "the engine copies it first (one extra pass), as NumPy's result needs")
+            lines += wrap("  note: ", f"{names(t)} overlaps the destination at other positions: "
+                          "the engine copies it first (one extra pass), as NumPy's result needs")
     return lines
 
 

@@ -46,6 +46,10 @@ class OpDef:
         if self.result == "where":
             return dtypes.result_type(*operands[1:])
         promoted = dtypes.result_type(*operands)
+        if promoted == dtypes.bool_ and self.name in ("sub", "neg"):
+            # NumPy refuses these too; every backend should, not only the NumPy one.
+            raise TypeError(f"{self.name}: cannot {'subtract' if self.name == 'sub' else 'negate'}"
+                            " bool operands; use != (xor) or ~ (not), or .astype() first")
         return dtypes.float_result(promoted) if self.result == "float" else promoted
 
     def compute_dtype(self, operands: list) -> np.dtype:
@@ -169,7 +173,8 @@ def _d_where(g, out, c, a, b):
 
 def _d_clip(g, out, x, lo, hi):
     e = _e()
-    return e.where(x < lo, 0, e.where(x > hi, 0, g)), None, None
+    below, above = x < lo, x > hi
+    return e.where(below | above, 0, g), e.where(below, g, 0), e.where(above, g, 0)
 
 
 def _no_grad(g, out, *args):

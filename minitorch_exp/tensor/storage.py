@@ -51,4 +51,5 @@ class Storage:
         self.version += 1
 
     def __repr__(self) -> str:
-        return f"Storage({len(self)} x {self.dtype}, device='{self.device}', version={self.version})"
+        return (f"Storage({len(self)} x {self.dtype}, device='{self.device}', "
+                f"version={self.version})")

@@ -114,7 +114,8 @@ class Tensor(Exp):
 
     def __repr__(self) -> str:
         body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
-        return f"tensor({body}, shape={self.shape}, dtype={self.dtype.name}, device='{self.device}')"
+        return (f"tensor({body}, shape={self.shape}, dtype={self.dtype.name}, "
+                f"device='{self.device}')")
 
     def __len__(self) -> int:
         if not self.shape:

@@ -102,10 +102,10 @@ def test_matches_numpy_reference(name, cls, kwargs, reference):
     values = initial()
     params, _ = run(cls, kwargs, values)
     want = reference(values, STEPS, **kwargs)
-    for p, w in zip(params, want):
+    for p, w, v in zip(params, want, values):
         assert p.dtype == np.float64
         np.testing.assert_allclose(p.numpy(), w, rtol=1e-12, atol=1e-14)
-        assert not np.allclose(p.numpy(), values[0].ravel()[0])  # something moved
+        assert np.abs(p.numpy() - v).min() > 1e-4  # every element moved
 
 
 @pytest.mark.parametrize("name,cls,kwargs,reference", CONFIGS, ids=[c[0] for c in CONFIGS])

@@ -187,3 +187,20 @@ def test_gradcheck_leaves_inputs_unchanged():
     x = leaf(arr, "transposed")
     mt.gradcheck(lambda x: (x * x).tanh(), [x])
     np.testing.assert_array_equal(x.numpy(), arr)
+
+
+def test_gradcheck_perturbations_do_not_leak_into_lazy_values():
+    """A lazy value built from an input before gradcheck keeps the unperturbed numbers,
+    even if the checked function realizes it while the input is perturbed."""
+    x = leaf([0.5, 1.5])
+    y = x * 2 + 1  # lazy, reads x's buffer
+    calls = []
+
+    def f(x):
+        calls.append(x)
+        if len(calls) == 1:  # the analytic pass leaves y alone ...
+            return x * x
+        return x * x + 0 * y.detach()  # ... the perturbed passes realize it
+
+    assert mt.gradcheck(f, [x])
+    np.testing.assert_array_equal(y.numpy(), [2.0, 4.0])

@@ -27,7 +27,6 @@ from minitorch_exp.tensor import (
 
 from .strategies import (
     ALL_DTYPES,
-    NUMERIC,
     assert_matches,
     block_size,
     expr_cases,
@@ -264,7 +263,7 @@ def test_eval_asarray_print_and_repr():
 
 def test_expression_truth_value():
     t = from_numpy(np.array([1.0, 2.0]))
-    assert bool((t.sum() > 2)) == bool(np.array([1.0, 2.0]).sum() > 2)
+    assert bool(t.sum() > 2) == bool(np.array([1.0, 2.0]).sum() > 2)
     with pytest.raises(ValueError, match="ambiguous"):
         bool(t > 0)
 

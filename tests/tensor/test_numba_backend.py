@@ -326,6 +326,15 @@ def test_elementwise_goes_parallel(monkeypatch):
     assert_same(expected, actual, np.float32)
 
 
+def test_transcendental_plans_on_large_arrays_use_numpy_simd():
+    x = mt.from_numpy(np.ones(4, np.float32))
+    assert cpu_numba.numpy_is_faster(make_plan(x.tanh() * 2, 1)[0])
+    assert not cpu_numba.numpy_is_faster(make_plan(mt.where(x > 0, x * 2 + 1, 0), 1)[0])
+    big = np.linspace(-3, 3, cpu_numba.NUMPY_FROM, dtype=np.float32)
+    expected, actual = both_backends(lambda: mt.from_numpy(big).tanh().numpy())
+    np.testing.assert_array_equal(actual, expected)
+
+
 def test_weak_scalar_saver_follows_numpy():
     def run():
         x = mt.from_numpy(np.full(5, 1 / 3, np.float32))

@@ -1,4 +1,4 @@
-"""Savers: ``dst[...] = e``, ``dst[idx] = e``, ``+=``, ``-=``, ``*=``, ``/=`` write straight into dst.
+"""Savers -- ``dst[...] = e``, ``dst[idx] = e``, ``+=``, ``-=``, ``*=``, ``/=`` -- write into dst.
 
 Each test does the same statement on a NumPy array and on a Tensor sharing a
 copy of it, then compares the *whole* buffer, so a write outside the view fails.

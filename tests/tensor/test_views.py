@@ -21,7 +21,6 @@ from .strategies import (
     basic_keys,
     np_index,
     reshape_targets,
-    resolve,
     shapes,
     strided_copy,
 )
