@@ -219,8 +219,9 @@ def main(argv=None) -> int:
         has_torch = False
         print("PyTorch not installed: its rows are skipped\n")
 
-    vs_numpy = Table("mlp_train", baseline="numpy")
-    vs_torch = Table("mlp_train_vs_pytorch", baseline="pytorch")
+    tag = f"mlp_train_t{args.threads}"  # one set of files per thread count
+    vs_numpy = Table(tag, baseline="numpy")
+    vs_torch = Table(f"{tag}_vs_pytorch", baseline="pytorch")
     summary = []
     for arch, sizes in ARCHS.items():
         weights = initial_weights(sizes)
@@ -265,9 +266,8 @@ def main(argv=None) -> int:
     vs_numpy.write()
     vs_torch.write()
     from common import RESULTS_DIR, _atomic_write_text
-    _atomic_write_text(RESULTS_DIR / "mlp_train_summary.md", text)
-    print(f"wrote {RESULTS_DIR}/mlp_train.{{md,csv}}, mlp_train_vs_pytorch.{{md,csv}}, "
-          "mlp_train_summary.md")
+    _atomic_write_text(RESULTS_DIR / f"{tag}_summary.md", text)
+    print(f"wrote {RESULTS_DIR}/{tag}.{{md,csv}}, {tag}_vs_pytorch.{{md,csv}}, {tag}_summary.md")
     return 0
 
 

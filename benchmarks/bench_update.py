@@ -259,17 +259,27 @@ def memory_table(n: int) -> str:
 # ---- serial/parallel crossover of the numba kernels --------------------------
 
 def threshold_table(min_time) -> Table:
-    """Serial vs prange variant of the same kernel, by size (2 threads)."""
+    """Serial vs prange variant of the seed and Adam-``w`` kernels by size (2 threads).
+
+    Times the backend call alone, so the Python front end does not blur the
+    crossover that ``cpu_numba.PARALLEL_MIN`` encodes.
+    """
+    from minitorch_exp.tensor.backends import _cpu_backend
+    from minitorch_exp.tensor.plan import make_plan
     table = Table("numba_parallel_threshold", baseline="serial")
     set_threads(2)
+    backend = _cpu_backend("numba")
     saved = cpu_numba.PARALLEL_MIN
-    with mt.using_cpu_backend("numba"):
-        for update in ("seed", "adam"):
-            for k in range(12, 23, 2):
-                n = 1 << k
-                for name, limit in (("serial", 1 << 62), ("parallel", 0)):
-                    cpu_numba.PARALLEL_MIN = limit
-                    table.add(name, f"{update} 2^{k}", timeit(OURS[update](n), min_time=min_time))
+    for k in range(14, 25, 2):
+        w, g, m, v = (mt.from_numpy(a) for a in arrays(1 << k, 4))
+        kernels = {"seed": -ETA * (g + LAM * w),
+                   "adam-w": w - LR * (m / C1) / ((v / C2).sqrt() + EPS)}
+        for label, e in kernels.items():
+            plan, leaves, scalars = make_plan(e, 1)
+            step = lambda: backend.elementwise(plan, w, leaves, scalars, "=")  # noqa: B023,E731
+            for name, limit in (("serial", 1 << 62), ("parallel", 0)):
+                cpu_numba.PARALLEL_MIN = limit
+                table.add(name, f"{label} 2^{k}", timeit(step, min_time=min_time))
     cpu_numba.PARALLEL_MIN = saved
     return table
 
@@ -292,12 +302,14 @@ def op_cost_table(min_time) -> Table:
              "pow (x**2)": x ** 2, "pow (x**2.5)": abs(x) ** 2.5, "sqrt": abs(x).sqrt(),
              "where": mt.where(x > 0, x, 0.1), "x * 2 + 1": x * 2 + 1, "relu": x.relu()}
     table = Table("cpu_op_costs", baseline="numpy blocks")
+    saved, cpu_numba.NUMPY_FROM = cpu_numba.NUMPY_FROM, 1 << 62  # always run the kernel
     for label, e in exprs.items():
         plan, leaves, scalars = make_plan(e, 1)
         for name, backend in (("numpy blocks", "numpy"), ("numba kernel", "numba")):
             be = _cpu_backend(backend)
             step = lambda: be.elementwise(plan, y, leaves, scalars, "=")  # noqa: B023,E731
             table.add(name, f"{label} 2^20", timeit(step, min_time=min_time))
+    cpu_numba.NUMPY_FROM = saved
     set_threads(2)
     return table
 

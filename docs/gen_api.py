@@ -48,7 +48,7 @@ def _anchor(text: str) -> str:
 def _render_module(name: str, seen: dict[int, str]) -> str:
     module = importlib.import_module(name)
     lines = [f"## {name}", "", _first_paragraph(inspect.getdoc(module)), ""]
-    for public in sorted(getattr(module, "__all__", ()), key=str.lower):
+    for public in sorted(_public_names(module), key=str.lower):
         obj = getattr(module, public)
         qual = f"{name}.{public}"
         if id(obj) in seen and not isinstance(obj, (int, float, str)):
@@ -57,6 +57,22 @@ def _render_module(name: str, seen: dict[int, str]) -> str:
         seen[id(obj)] = qual
         lines += _render_object(qual, public, obj)
     return "\n".join(lines)
+
+
+def _public_names(module) -> list[str]:
+    """``__all__``; else what a lazy module's ``dir()`` lists; else what the module defines."""
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return list(names)
+    public = [n for n in dir(module) if not n.startswith("_") and not _plain_module(module, n)]
+    if hasattr(module, "__getattr__"):  # PEP 562: the namespace is filled on demand
+        return public
+    return [n for n in public if getattr(getattr(module, n), "__module__", "") == module.__name__]
+
+
+def _plain_module(module, name: str) -> bool:
+    obj = getattr(module, name)
+    return isinstance(obj, types.ModuleType) and not callable(obj)
 
 
 def _render_object(qual: str, public: str, obj) -> list[str]:

@@ -149,8 +149,9 @@ def plan_and_sources(g, w, out: Path) -> None:
         shown = code.splitlines()
         print(f"--- {label}: {shown[0]}")
         print("\n".join(shown[1:28]) + ("\n  ..." if len(shown) > 28 else ""))
-        (out / filename).write_text("\n".join(line[2:] for line in shown[1:]) + "\n")
-        print(f"  (full source saved to {out / filename})\n")
+        if "NumPy schedule" not in shown[0]:  # the generator exists: keep its source
+            (out / filename).write_text("\n".join(line[2:] for line in shown[1:]) + "\n")
+            print(f"  (full source saved to {out / filename})\n")
 
 
 # ---- 4. savers -----------------------------------------------------------------------

@@ -63,8 +63,11 @@ class Context:
         return self._saved
 
     def free(self) -> None:
+        """Drop saved values *and* the links to inputs, so that intermediate nodes
+        nobody else holds are collected (and never realized by a later write)."""
         self._saved = ()
         self._versions = ()
+        self.inputs = ()
         self.freed = True
 
 

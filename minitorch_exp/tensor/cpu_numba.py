@@ -34,19 +34,35 @@ How a Plan becomes that loop:
 
 Kernels are Python modules written to a per-user cache directory (named by
 the hash of their source) and compiled with ``numba.njit(cache=True)``, so a
-second run of a script compiles nothing. Each module holds a serial and a
-``prange`` variant; the parallel one is compiled only when a large enough
-array first needs it.
+second run of a script compiles nothing (``compile_stats()`` counts). Each
+module holds a serial and a ``prange`` variant; the parallel one is compiled
+only when a large enough array first needs it. Cold, a kernel compiles in
+~0.15 s (serial) / ~0.4 s (parallel); warm, loading one takes milliseconds.
 
-Threading (measured on the 2-core reference machine, see
-``benchmarks/bench_update.py``): the ``workqueue`` layer is used unless
-``NUMBA_THREADING_LAYER`` says otherwise. OpenMP's idle threads spin after
-each parallel loop and took a core from the next BLAS call, which then ran up
-to 2x slower; workqueue's threads sleep. workqueue cannot be entered from two
-threads at once, but these kernels hold the GIL, so it never is. The loop
-goes parallel from ``PARALLEL_MIN`` element-operations on (elements times
-operands plus instructions); below that the thread handoff costs more than
-the second core gives.
+Reductions (sum, mean, max, min) are one kernel over the fused input: kept
+dims outside, reduced dims inside accumulating into a local (float32 sums in
+float64). Column-wise reductions (the reduced dims stride further than the
+kept ones) go to the NumPy evaluator, which walks memory in order; so do
+argmax, and max/min of large inputs: their NaN-propagating compare does not
+vectorize (20x slower than NumPy's SIMD maximum.reduce at 1e7).
+
+Which evaluator, measured on the 2-core reference machine
+(``benchmarks/bench_update.py --ops --threshold --threading``):
+
+* Ops LLVM cannot vectorize here (exp, log, tanh, pow: one libm call per
+  element, 4-36x slower than NumPy's SIMD ufuncs) make a Plan on large arrays
+  run on the NumPy evaluator when the ``OP_COST_NS`` model says so. Arithmetic,
+  comparisons, where and sqrt vectorize and stay here (3-60x faster).
+* ``prange`` from ``PARALLEL_MIN`` element-operations (elements x (operands +
+  instructions)). Waking the second thread costs ~10 us on an idle machine and
+  ~60 us when another process holds that core, and a memory-bound loop gains
+  at most ~1.7x, so only large arrays go parallel.
+* The ``workqueue`` threading layer unless ``NUMBA_THREADING_LAYER`` says
+  otherwise. OpenMP's threads spin after each parallel loop and took the cores
+  from the next BLAS call (a 256x256 matmul after an OpenMP kernel ran up to
+  100x slower under load); workqueue's threads sleep. workqueue cannot be
+  entered from two threads at once, but these kernels hold the GIL, so it
+  never is.
 """
 
 from __future__ import annotations
@@ -82,10 +98,10 @@ PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 21))
 # NumPy's ufuncs run SIMD loops for them. Measured ns per element (float32,
 # one core; ``benchmarks/bench_update.py --ops``) for (numba kernel, NumPy
 # block pass) decide per Plan which evaluator runs arrays of NUMPY_FROM or more.
-OP_COST_NS = {"exp": (2.5, 0.55), "log": (3.0, 0.75), "tanh": (17.0, 0.5),
-              "sigmoid": (7.5, 5.5), "pow": (8.5, 0.45), "where": (0.15, 5.5)}
+OP_COST_NS = {"exp": (3.9, 0.75), "log": (4.2, 0.75), "tanh": (17.0, 0.5),
+              "sigmoid": (8.8, 5.4), "pow": (8.8, 1.0), "where": (0.1, 6.7)}
 OTHER_OP_COST_NS = (0.05, 0.3)
-USER_OP_COST_NS = (3.0, 0.5)
+USER_OP_COST_NS = (4.0, 0.75)  # a numpy_fn is typically a ufunc or two
 NUMPY_FROM = 1 << 14
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
@@ -202,27 +218,12 @@ def reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
     *reduced* stride kinds of the leaves (``1`` or ``s``).
     """
     kinds = kinds or ("1",) * plan.n_leaves
-    result_dtype = _reduce_result_dtype(op, plan.dtype)
+    result_dtype = C.reduce_result_dtype(op, plan.dtype)
     dst_dtype = np.dtype(dst_dtype or result_dtype)
     spec = _ReduceSpec(plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype)
     functions = [spec.function(name, parallel)
                  for name, parallel in (("serial", False), ("parallel", True))]
     return _module_text(plan, functions, fastmath=op in ("sum", "mean"))
-
-
-def _reduce_result_dtype(op, dtype):
-    if op == "mean":
-        return dtypes.float_result(dtype)
-    if op == "sum" and dtype.kind in "bi":
-        return dtypes.int64
-    return dtype
-
-
-def accumulator_dtype(op: str, dtype: np.dtype) -> np.dtype:
-    """Sums accumulate in 64 bits (float32 sums in float64, for accuracy)."""
-    if op == "mean" or (op == "sum" and dtype.kind == "f"):
-        return dtypes.float64
-    return dtypes.int64 if op == "sum" else dtype
 
 
 def _identity(op: str, dtype: np.dtype) -> str:
@@ -243,7 +244,7 @@ class _ReduceSpec:
         self.plan, self.op, self.saver = plan, op, saver
         self.n_kept, self.n_reduced, self.kinds = n_kept, n_reduced, kinds
         self.result_dtype, self.dst_dtype = result_dtype, dst_dtype
-        self.acc_dtype = accumulator_dtype(op, plan.dtype)
+        self.acc_dtype = C.accumulator_dtype(op, plan.dtype)
         self.leaves = [f"in{i}" for i in range(plan.n_leaves)]
 
     def params(self) -> list[str]:
@@ -475,8 +476,10 @@ class NumbaBackend:
     def reduce(self, dst, e, saver: str) -> None:
         from .plan import make_plan
         plan, leaves, scalars = make_plan(e.x, e.x.ndim)
-        loops = _reduce_loops(dst, e, leaves) if e.op != "argmax" else None
-        if loops is None or (e.x.numel() >= NUMPY_FROM and numpy_is_faster(plan)):
+        large = e.x.numel() >= NUMPY_FROM
+        loops = None if _numpy_reduces_better(e.op, large, plan) else \
+            _reduce_loops(dst, e, leaves)
+        if loops is None:
             self.fallback.reduce(dst, e, saver)
             return
         count("cpu", "reduce")
@@ -506,6 +509,11 @@ def numpy_is_faster(plan) -> bool:
             numpy_ns += cost[1]
         found = plan.compiled["numba-prefers-numpy"] = numpy_ns < numba_ns
     return found
+
+
+def _numpy_reduces_better(op: str, large: bool, plan) -> bool:
+    """argmax always; max/min (no vectorized NaN-aware compare) and costly Plans when large."""
+    return op == "argmax" or (large and (op in ("max", "min") or numpy_is_faster(plan)))
 
 
 def _go_parallel(work: int) -> bool:

@@ -148,26 +148,12 @@ def _kernel(name: str, params: list[str], lines: list[str], plan) -> str:
 def cuda_reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
                        dst_dtype=None) -> str:
     """CUDA source of the two reduction kernels for ``op`` (sum, mean, max, min)."""
-    result_dtype = _reduce_result_dtype(op, plan.dtype)
+    result_dtype = C.reduce_result_dtype(op, plan.dtype)
     dst_dtype = np.dtype(dst_dtype or result_dtype)
-    acc = _accumulator_dtype(op, plan.dtype)
+    acc = C.accumulator_dtype(op, plan.dtype)
     partial = _partial_kernel(plan, op, n_kept, n_reduced, acc)
     finish = _finish_kernel(plan, op, n_kept, saver, acc, result_dtype, dst_dtype)
     return partial + "\n" + finish
-
-
-def _reduce_result_dtype(op, dtype):
-    if op == "mean":
-        return dtypes.float_result(dtype)
-    if op == "sum" and dtype.kind in "bi":
-        return dtypes.int64
-    return dtype
-
-
-def _accumulator_dtype(op, dtype):
-    if op == "mean" or (op == "sum" and dtype.kind == "f"):
-        return dtypes.float64
-    return dtypes.int64 if op == "sum" else dtype
 
 
 def _identity(op: str, dtype) -> str:
@@ -310,7 +296,7 @@ class CudaBackend:
                               plan, lambda: cuda_reduce_source(plan, e.op, len(kshape),
                                                                len(rshape), saver, dst.dtype))
         splits = max(1, min(-(-REDUCE_TARGET_BLOCKS // n_out), -(-n_red // (THREADS * 4))))
-        acc = self.cp.empty(n_out * splits, _accumulator_dtype(e.op, plan.dtype))
+        acc = self.cp.empty(n_out * splits, C.accumulator_dtype(e.op, plan.dtype))
         args = [np.int64(n_out), np.int64(n_red), np.int64(splits)]
         args += [*map(np.int64, kshape), *map(np.int64, rshape), acc]
         for arr, lay, ks, rs in zip(arrays[1:], layouts[1:], kstrides[1:], rstrides):

@@ -21,30 +21,45 @@ from . import counters
 from . import layout as L
 from .backends import backend_for
 from .expr import COMPLEX, RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, operand_str
-from .plan import make_plan
+from .plan import NotElementwise, make_plan
+from .tensor import Tensor
 
 SAVERS = ("=", "+=", "-=", "*=", "/=")
 
 
 def assign(dst, e: Exp, saver: str = "=") -> None:
     """Evaluate ``e`` straight into the tensor ``dst`` with the given saver."""
-    _check_assign(dst, e, saver)
-    if e.kind == COMPLEX and e.shape != dst.shape:
+    if not _fast_checks_pass(dst, e, saver):
+        _check_assign(dst, e, saver)
+    planned = None
+    if e.kind != COMPLEX:
+        try:
+            planned = make_plan(e, dst.ndim)  # the common case: purely elementwise
+        except NotElementwise:
+            pass
+    elif e.shape != dst.shape:
         e = evaluate(e)  # a dot or reduction broadcasting into dst: compute, then copy
-    e = resolve_boundaries(e)
+    if planned is None:
+        e = resolve_boundaries(e)
     dst.storage.before_write()
     if counters.DEBUG:  # MINITORCH_DEBUG: print each kernel as it runs (explain.py)
         from .explain import debug_run
         debug_run(_dispatch, dst, e, saver)
     else:
-        _dispatch(dst, e, saver)
+        _dispatch(dst, e, saver, planned)
 
 
-def _dispatch(dst, e: Exp, saver: str) -> None:
+def _fast_checks_pass(dst, e: Exp, saver: str) -> bool:
+    """The checks of ``_check_assign`` for the everyday case, in a few comparisons."""
+    return (type(dst) is Tensor and e.shape == dst.shape and e.dtype == dst.dtype
+            and e.device == dst.device and saver in SAVERS and 0 not in dst.layout.strides)
+
+
+def _dispatch(dst, e: Exp, saver: str, planned=None) -> None:
     """Run the one kernel that writes ``e`` (its boundaries resolved) into ``dst``."""
     backend = backend_for(dst.device)
     if e.kind != COMPLEX:
-        plan, leaves, scalars = make_plan(e, dst.ndim)
+        plan, leaves, scalars = planned or make_plan(e, dst.ndim)
         backend.elementwise(plan, dst, leaves, scalars, saver)
     elif type(e) is Dot:
         backend.dot(dst, e.a, e.b, saver)

@@ -88,13 +88,6 @@ def _named_values(scope: dict) -> dict[int, str]:
     return found
 
 
-def split_named(e: Exp, names: Names, loop_shape=None) -> Splitter:
-    """``kernels.split``, with the temporaries it invents (``K1``...) added to ``names``."""
-    s = split(e, loop_shape)
-    names.known.update(s.labels)
-    return s
-
-
 def _is_node(x) -> bool:
     return hasattr(x, "grad_fn") and hasattr(x, "_value")
 
@@ -114,7 +107,11 @@ class Names:
         return name
 
 
-# ---- splitting a tree into kernels (mirrors engine.resolve_boundaries) ---------------
+def split_named(e: Exp, names: Names, loop_shape=None) -> Splitter:
+    """``kernels.split``, with the temporaries it invents (``K1``...) added to ``names``."""
+    s = split(e, loop_shape)
+    names.known.update(s.labels)
+    return s
 
 
 # ---- one-line formulas ------------------------------------------------------------
@@ -239,7 +236,7 @@ class TreeView:
         return e.children()
 
     def _stopped(self, e) -> bool:
-        return id(e) in self.stop or id(getattr(e, "realized", None)) in self.stop
+        return id(e) in self.stop or id(realized(e)) in self.stop
 
     def label(self, e) -> str:
         if self._stopped(e):
@@ -259,7 +256,7 @@ class TreeView:
         if e.kind == RVALUE:
             return layout_note(e, loop)
         if realized(e) is not None:
-            return "already computed earlier (a value the user kept); read from memory"
+            return "computed earlier and kept: read, not recomputed"
         if k is not None and k.node is e:
             return {"blas": "BLAS", "reduce": "reduction, input fused into its pass",
                     "fused": "one fused pass"}[k.kind] + (" ✂ → temporary" if k.cut else "")
@@ -334,9 +331,10 @@ def cost_text(e: Exp, kernels: list[Kernel], out, saver: str, dst_name: str) -> 
     ratio = eager.moved / ours.moved if ours.moved else 1.0
     eager_temps = plural(max(eager.arrays - 1, 0), "temporary")
     ours_temps = plural(len(kernels) - 1, "temporary")
+    saving = f"{ratio:.1f}x less memory traffic" if ratio >= 1.05 else "about the same traffic"
     return lines + wrap("  ", f"eager NumPy allocates {eager_temps} and the result; here "
                         f"{ours_temps}, and the result goes straight into {dst_name}: "
-                        f"{ratio:.1f}x less memory traffic")
+                        f"{saving}")
 
 
 # ---- explain ----------------------------------------------------------------------
@@ -372,20 +370,28 @@ def explain(e, device=None, backend: str | None = None, out=None, saver: str = "
     if trivial:
         return trivial
     s = split_named(e, names, out.shape if out is not None else None)
-    dst_name = names(out) if out is not None else "a new tensor"
-    sections = {
-        "tree": ["Tree (K = the kernel computing each node)"]
-        + render_rows(TreeView(names, s).rows(e)),
-        "kernels": kernels_text(s.kernels, names, dst_name) + alias_text(s.kernels[-1], out, names),
-        "plan": _join([plan_text(k, names) for k in s.kernels if k.kind != "blas"]),
-        "code": _join([kernel_code(k, device, backend, out if k is s.kernels[-1] else None,
-                                   saver if k is s.kernels[-1] else "=", names)
-                       for k in s.kernels]),
-        "cost": cost_text(e, s.kernels, out, saver, dst_name),
-    }
-    chosen = [sections[p] for p in parts if sections[p]]
+    chosen = [_section(part, e, s, names, device, backend, out, saver) for part in parts]
     return "\n".join([_headline(e, names, out, saver, device, backend)] +
-                     [line for block in chosen for line in [""] + block])
+                     [line for block in chosen if block for line in [""] + block])
+
+
+def _section(part: str, e, s: Splitter, names, device, backend, out, saver) -> list[str]:
+    dst_name = names(out) if out is not None else "a new tensor"
+    last = s.kernels[-1]
+    if part == "tree":
+        return ["Tree (K = the kernel computing each node)"] + render_rows(
+            TreeView(names, s).rows(e))
+    if part == "kernels":
+        return (kernels_text(s.kernels, names, dst_name) + reused_text(s, names)
+                + alias_text(last, out, names))
+    if part == "plan":
+        return _join([plan_text(k, names) for k in s.kernels if k.kind != "blas"])
+    if part == "code":  # only the last kernel writes into ``out``, with the saver
+        return _join([kernel_code(k, device, backend, out if k is last else None,
+                                  saver if k is last else "=", names) for k in s.kernels])
+    if part == "cost":
+        return cost_text(e, s.kernels, out, saver, dst_name)
+    raise ValueError(f"explain: unknown part {part!r}; choose from {SECTIONS}")
 
 
 def _join(blocks: list[list[str]]) -> list[str]:
@@ -431,6 +437,16 @@ def wrap(prefix: str, text: str, width: int = 92) -> list[str]:
     """``prefix`` + ``text`` wrapped, continuation lines indented under the text."""
     return textwrap.wrap(text, width, initial_indent=prefix,
                          subsequent_indent=" " * len(prefix)) or [prefix.rstrip()]
+
+
+def reused_text(s: Splitter, names: Names) -> list[str]:
+    """Values computed before (kept by the user, or shared): a boundary that costs nothing."""
+    lines = []
+    for e in unique(s.reused):
+        lines += wrap("  note: ", f"{describe(e)} was computed earlier and kept as "
+                      f"{names(realized(e))} (a value that escaped to the user, or a shared "
+                      "one): it is read from memory here, not recomputed")
+    return lines
 
 
 def alias_text(k: Kernel, out, names: Names) -> list[str]:

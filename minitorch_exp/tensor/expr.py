@@ -310,10 +310,12 @@ class Scalar(Exp):
 
     __slots__ = ("value",)
 
+    _DEFAULT_DTYPES = {float: dtypes.float64, int: dtypes.int64, bool: dtypes.bool_}
+
     def __init__(self, value):
         self.value = value
         self.shape = ()
-        self.dtype = dtypes.result_type(value)
+        self.dtype = self._DEFAULT_DTYPES.get(type(value)) or dtypes.result_type(value)
         self.device = None
 
     def _view(self, fn, what):
@@ -341,7 +343,7 @@ class Map(Exp):
         self.realized = None
         self.shape = _check_shapes(op.name, args)
         self.device = _check_devices(op.name, args)
-        self.dtype = op.result_dtype([a.value if type(a) is Scalar else a.dtype for a in args])
+        self.dtype = _map_dtype(op, args)
 
     def children(self):
         return self.args
@@ -491,6 +493,22 @@ def operand_str(e) -> str:
     return f"{e.shape} {e.dtype.name} on {e.device}"
 
 
+_WEAK_STANDIN = {float: 1.0, int: 1, bool: True}
+_MAP_DTYPES: dict[tuple, np.dtype] = {}
+
+
+def _map_dtype(op: OpDef, args) -> np.dtype:
+    """The op's result dtype, memoized: it depends only on operand dtypes and scalar *types*."""
+    kinds = tuple(type(a.value) if type(a) is Scalar else a.dtype for a in args)
+    key = (op.name, op.result, kinds)
+    dtype = _MAP_DTYPES.get(key)
+    if dtype is None:
+        dtype = op.result_dtype([_WEAK_STANDIN.get(k, k) if isinstance(k, type) else k
+                                 for k in kinds])
+        _MAP_DTYPES[key] = dtype
+    return dtype
+
+
 def _check_shapes(name: str, args) -> tuple[int, ...]:
     shapes = [a.shape for a in args if type(a) is not Scalar]
     if len(shapes) == 1 or (len(shapes) == 2 and shapes[0] == shapes[1]):
@@ -504,6 +522,9 @@ def _check_shapes(name: str, args) -> tuple[int, ...]:
 
 
 def _check_devices(name: str, args):
+    first = args[0].device
+    if all(a.device is first for a in args[1:]) and first is not None:
+        return first
     devices = {a.device for a in args if a.device is not None}
     if len(devices) > 1:
         raise ValueError(f"{name}: operands are on different devices "
@@ -534,6 +555,8 @@ def as_exp(x) -> Exp:
     """Wrap Python numbers as weak scalars and NumPy arrays as tensors."""
     if isinstance(x, Exp):
         return x
+    if type(x) in _WEAK_STANDIN:
+        return Scalar(x)
     if isinstance(x, (bool, numbers.Number, np.generic)) and not isinstance(x, complex):
         return Scalar(x.item() if isinstance(x, np.generic) else x)
     if isinstance(x, np.ndarray):

@@ -64,6 +64,7 @@ class Splitter:
         self.kernels: list[Kernel] = []
         self.kernel_of: dict[int, Kernel] = {}
         self.temps: dict[int, Tensor] = {}
+        self.reused: list[Exp] = []  # nodes already computed: read, not recomputed
 
     def kernel(self, e: Exp, cut: str = "", loop_shape=None) -> Kernel:
         members: list = []
@@ -87,6 +88,7 @@ class Splitter:
         if e.kind == RVALUE or type(e) is Scalar:
             return e
         if realized(e) is not None:
+            self.reused.append(e)
             return realized(e)
         if type(e) is Map:
             members.append(e)
@@ -157,7 +159,6 @@ def split(e: Exp, loop_shape=None) -> Splitter:
     return s
 
 
-
 # ---- the code each kernel runs ---------------------------------------------------
 
 
@@ -166,11 +167,12 @@ def numpy_schedule(k: Kernel, saver: str = "=") -> list[str]:
     from .cpu_numpy import BLOCK, schedule_for
     plan = k.planned()[0]
     sched = schedule_for(plan)
+    buffers = getattr(sched, "buffer_of", None) or [*range(len(plan.instrs) - 1), None]
     names = [f"in{i}[blk]" for i in range(plan.n_leaves)]
     names += [f"s{i}" for i in range(len(plan.scalar_types))]
     result = "vals" if k.kind == "reduce" else "out[blk]"
     lines = [f"  for blk in blocks(out, {BLOCK}):   # every operand cut the same way"]
-    for i, (ins, buf) in enumerate(zip(plan.instrs, sched.buffer_of)):
+    for i, (ins, buf) in enumerate(zip(plan.instrs, buffers)):
         target = f"buf{buf}" if buf is not None else result
         call = f"{_np_name(ins)}({', '.join(names[a] for a in ins.args)}"
         last = i == len(plan.instrs) - 1
@@ -183,7 +185,8 @@ def numpy_schedule(k: Kernel, saver: str = "=") -> list[str]:
         lines.append(f"      {result} {saver if k.kind != 'reduce' else '='} {names[plan.out]}")
     if k.kind == "reduce":
         lines.append(f"      acc ⊕= {_reduce_call(k.body)}   # partial results combined")
-    lines.append(f"  scratch: {plural(len(sched.scratch), 'buffer')} of {BLOCK} elements, "
+    scratch = len({b for b in buffers if b is not None})
+    lines.append(f"  scratch: {plural(scratch, 'buffer')} of {BLOCK} elements, "
                  "allocated once and reused by every call")
     return lines
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .expr import RVALUE, Cast, Exp, Map, Scalar
+from .ops import OPS
 
 
 @dataclass(frozen=True)
@@ -77,91 +78,115 @@ class Plan:
         return "\n".join(lines)
 
 
-class _Lowering:
-    """One walk over the tree: collects leaves and scalars, emits instructions and the key."""
-
-    def __init__(self):
-        self.leaves: list = []
-        self.leaf_ids: dict[int, int] = {}
-        self.scalars: list = []
-        self.instrs: list[Instr] = []
-        self.key: list = []
-        self.memo: dict[int, int] = {}
-
-    def visit(self, e: Exp) -> int:
-        slot = self.memo.get(id(e))
-        if slot is not None:
-            self.key.append(("again", slot))
-            return slot
-        if e.kind == RVALUE:
-            slot = self._leaf(e)
-        elif type(e) is Scalar:
-            self.scalars.append(e.value)
-            slot = -len(self.scalars)  # scalar slots are renumbered in finish()
-            self.key.append(("s", type(e.value)))
-        elif type(e) is Map:
-            args = tuple(self.visit(a) for a in e.args)
-            operands = [a.value if type(a) is Scalar else a.dtype for a in e.args]
-            slot = self._emit(e.op.name, args, e.dtype, e.op.compute_dtype(operands))
-        elif type(e) is Cast:
-            slot = self._emit("cast", (self.visit(e.x),), e.dtype, e.x.dtype)
-        else:
-            raise TypeError(f"MakePlan: {type(e).__name__} is not elementwise; "
-                            "the engine evaluates it before planning")
-        self.memo[id(e)] = slot
-        return slot
-
-    def _leaf(self, t) -> int:
-        index = self.leaf_ids.get(id(t))
-        if index is None:
-            index = self.leaf_ids[id(t)] = len(self.leaves)
-            self.leaves.append(t)
-        self.key.append(("t", index, t.dtype.char, t.ndim))
-        return index
-
-    def _emit(self, op, args, dtype, compute) -> int:
-        self.instrs.append(Instr(op, args, dtype, compute))
-        self.key.append((op, args, dtype.char))
-        return 1_000_000 + len(self.instrs) - 1
-
-
-def _renumber(slot: int, n_leaves: int, n_scalars: int) -> int:
-    if slot < 0:
-        return n_leaves + (-slot - 1)
-    if slot >= 1_000_000:
-        return n_leaves + n_scalars + slot - 1_000_000
-    return slot
-
-
 _PLANS: dict[tuple, Plan] = {}
+
+
+class NotElementwise(TypeError):
+    """Raised by MakePlan on a dot, reduction or view boundary inside the tree."""
+
+#: Stand-ins for weak scalars when deriving dtypes from a key (the value never matters).
+_WEAK = {float: 1.0, int: 1, bool: True}
+
+
+def _walk(e: Exp, leaves: list, leaf_ids: dict, scalars: list, key: list, memo: dict) -> None:
+    """Append ``e``'s structure to ``key`` in post-order, collecting leaves and scalars.
+
+    Each node appends one token: ``("t", leaf, dtype, ndim)`` for a tensor,
+    ``("s", type)`` for a scalar, ``(op, n_args)`` for a map, ``("cast", dtype)``
+    for a cast, or an int -- the index of an earlier token -- when a subtree is
+    used twice. The key is all a Plan needs: ``_build`` reads it back.
+    """
+    seen = memo.get(id(e))
+    if seen is not None:
+        key.append(seen)
+        return
+    t = type(e)
+    if e.kind != RVALUE and t is not Scalar and e.realized is not None:
+        e = e.realized  # computed before: read the remembered tensor
+    if e.kind == RVALUE:
+        index = leaf_ids.get(id(e))
+        if index is None:
+            index = leaf_ids[id(e)] = len(leaves)
+            leaves.append(e)
+        key.append(("t", index, e.dtype.char, e.ndim))
+    elif t is Scalar:
+        scalars.append(e.value)
+        key.append(("s", type(e.value)))
+    elif t is Map:
+        for arg in e.args:
+            _walk(arg, leaves, leaf_ids, scalars, key, memo)
+        key.append((e.op.name, len(e.args)))
+    elif t is Cast:
+        _walk(e.x, leaves, leaf_ids, scalars, key, memo)
+        key.append(("cast", e.dtype.char))
+    else:
+        raise NotElementwise(f"MakePlan: {t.__name__} is not elementwise; "
+                             "the engine evaluates it before planning")
+    memo[id(e)] = len(key) - 1
 
 
 def make_plan(e: Exp, ndim: int) -> tuple[Plan, list, list]:
     """Lower ``e`` (maps, casts, scalars and tensors only) for an output of ``ndim`` dims.
 
-    Returns ``(plan, leaves, scalar_values)``; the plan comes from the cache when
-    the same structure was seen before.
+    Returns ``(plan, leaves, scalar_values)``. Only the cheap structural walk
+    runs every time; the Plan is built once per distinct key.
     """
-    low = _Lowering()
-    out = low.visit(e)
-    key = (ndim, tuple(low.key))
-    plan = _PLANS.get(key)
+    leaves: list = []
+    scalars: list = []
+    key: list = []
+    _walk(e, leaves, {}, scalars, key, {})
+    key_t = (ndim, *key)
+    plan = _PLANS.get(key_t)
     if plan is None:
-        plan = _build(key, low, out)
-        _PLANS[key] = plan
-    return plan, low.leaves, low.scalars
+        plan = _PLANS[key_t] = _build(key_t)
+    return plan, leaves, scalars
 
 
-def _build(key, low: _Lowering, out: int) -> Plan:
-    nl, ns = len(low.leaves), len(low.scalars)
-    instrs = tuple(Instr(i.op, tuple(_renumber(a, nl, ns) for a in i.args), i.dtype, i.compute)
-                   for i in low.instrs)
-    out = _renumber(out, nl, ns)
-    dtypes = tuple(t.dtype for t in low.leaves)
-    result_dtype = instrs[-1].dtype if out >= nl + ns else (
-        dtypes[out] if out < nl else np.result_type(low.scalars[out - nl]))
-    return Plan(key, nl, tuple(type(v) for v in low.scalars), dtypes, instrs, out,
-                np.dtype(result_dtype))
+def _build(key: tuple) -> Plan:
+    """Read a key back into a Plan (see ``_walk`` for the token format)."""
+    tokens = key[1:]
+    leaf_dtypes = {tok[1]: np.dtype(tok[2]) for tok in tokens
+                   if type(tok) is tuple and tok[0] == "t"}
+    scalar_types = tuple(tok[1] for tok in tokens if type(tok) is tuple and tok[0] == "s")
+    n_leaves, n_inputs = len(leaf_dtypes), len(leaf_dtypes) + len(scalar_types)
+    instrs: list[Instr] = []
+    slots: list[int] = []          # token index -> slot
+    stack: list[int] = []
+    n_scalars = 0
+
+    def kind(slot):  # what the promotion rules see: a dtype, or a weak scalar
+        if slot < n_leaves:
+            return leaf_dtypes[slot]
+        if slot < n_inputs:
+            return _WEAK[scalar_types[slot - n_leaves]]
+        return instrs[slot - n_inputs].dtype
+
+    for tok in tokens:
+        if type(tok) is int:
+            slot = slots[tok]
+        elif tok[0] == "t":
+            slot = tok[1]
+        elif tok[0] == "s":
+            slot = n_leaves + n_scalars
+            n_scalars += 1
+        else:
+            n_args = 1 if tok[0] == "cast" else tok[1]
+            args = tuple(stack[-n_args:])
+            del stack[-n_args:]
+            if tok[0] == "cast":
+                instrs.append(Instr("cast", args, np.dtype(tok[1]), np.dtype(kind(args[0]))))
+            else:
+                op = OPS[tok[0]]
+                kinds = [kind(a) for a in args]
+                instrs.append(Instr(op.name, args, op.result_dtype(kinds), op.compute_dtype(kinds)))
+            slot = n_inputs + len(instrs) - 1
+        slots.append(slot)
+        stack.append(slot)
+    out = stack[-1]
+    out_kind = kind(out)
+    dtype = out_kind if isinstance(out_kind, np.dtype) else np.result_type(out_kind)
+    return Plan(key, n_leaves, scalar_types, tuple(leaf_dtypes[i] for i in range(n_leaves)),
+                tuple(instrs), out, np.dtype(dtype))
 
 
 def plan_cache_size() -> int:

@@ -28,11 +28,10 @@ def matmul_shapes(draw):
     batch = draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
     a_batch = [1 if draw(st.booleans()) else b for b in batch]
     b_batch = [1 if draw(st.booleans()) else b for b in batch][draw(st.integers(0, len(batch))):]
-    a = tuple(a_batch) + ((m, k) if draw(st.booleans()) else (k,))
     b = tuple(b_batch) + (k, n)
-    if len(a) == 1:  # a vector against a batched matrix
-        return a, b
-    return a, b
+    if draw(st.booleans()):
+        return (k,), b  # a vector against a batch of matrices
+    return tuple(a_batch) + (m, k), b
 
 
 @settings(max_examples=120, deadline=None)

@@ -242,6 +242,12 @@ def test_building_computes_nothing_until_evaluated():
     np.testing.assert_array_equal(e.eval().numpy(), a * 2 + 1)
 
 
+def test_print_shows_the_values(capsys):
+    a = np.array([[1.5, -2.0], [3.0, 0.25]])
+    print(from_numpy(a) * 2)
+    assert capsys.readouterr().out.strip() == str(a * 2)
+
+
 def test_eval_asarray_print_and_repr():
     a = np.array([[1.0, -2.0], [3.0, 0.25]])
     t = from_numpy(a)

@@ -240,7 +240,7 @@ def test_reduce_matches_numpy(case):
 @pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
 def test_reductions_go_parallel(monkeypatch, axis):
     monkeypatch.setattr(cpu_numba, "PARALLEL_MIN", 0)
-    a = np.random.default_rng(0).standard_normal((300, 70)).astype(np.float32)
+    a = np.random.default_rng(0).standard_normal((100, 70)).astype(np.float32)
 
     def run():
         x = mt.from_numpy(a)
