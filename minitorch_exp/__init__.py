@@ -39,7 +39,7 @@ def _api():
 def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
-    if name.startswith("_"):
+    if name.startswith("_") and name != "__all__":
         raise AttributeError(name)
     api = _api()
     if name == "__all__" or name in api.__all__:
