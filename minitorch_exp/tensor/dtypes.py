@@ -23,14 +23,14 @@ _PYTHON_TYPES = {float: float32, int: int64, bool: bool_}
 
 def as_dtype(dtype) -> np.dtype:
     """Normalize a dtype given as a name, a Python or NumPy type, or a ``numpy.dtype``."""
-    if isinstance(dtype, str):
-        found = _NAMES.get(dtype)
+    if isinstance(dtype, str) and dtype in _NAMES:
+        found = _NAMES[dtype]
     elif any(dtype is t for t in _PYTHON_TYPES):
         found = _PYTHON_TYPES[dtype]
     else:
-        try:
+        try:  # NumPy's spellings too: "f4", "<i8", "?", np.float64 ...
             found = np.dtype(dtype)
-        except TypeError:
+        except (TypeError, ValueError):
             found = None
     if found is None or found not in SUPPORTED:
         names = ", ".join(d.name for d in SUPPORTED)

@@ -341,9 +341,19 @@ class Map(Exp):
         self.op = op
         self.args = args
         self.realized = None
-        self.shape = _check_shapes(op.name, args)
-        self.device = _check_devices(op.name, args)
-        self.dtype = _map_dtype(op, args)
+        # Build-time checks, memoized on what they depend on: shapes, dtypes, devices
+        # and the *types* of scalars. A training loop pays one dict lookup per op.
+        sig = [op.name, op.result]
+        for a in args:
+            sig.append(type(a.value) if type(a) is Scalar else (a.shape, a.dtype, a.device))
+        sig = tuple(sig)
+        info = _MAP_INFO.get(sig)
+        if info is None:
+            if len(_MAP_INFO) > 50_000:
+                _MAP_INFO.clear()  # a bounded memo, not a leak, whatever the program does
+            info = _MAP_INFO[sig] = (_check_shapes(op.name, args), _map_dtype(op, args),
+                                     _check_devices(op.name, args))
+        self.shape, self.dtype, self.device = info
 
     def children(self):
         return self.args
@@ -494,6 +504,7 @@ def operand_str(e) -> str:
 
 
 _WEAK_STANDIN = {float: 1.0, int: 1, bool: True}
+_MAP_INFO: dict[tuple, tuple] = {}
 _MAP_DTYPES: dict[tuple, np.dtype] = {}
 
 
@@ -580,12 +591,20 @@ def apply_op(name: str, *operands) -> Exp:
 
 
 def binary(name: str, a, b):
+    """The operators' path: ``a op b`` with one side an Exp (NotImplemented for others)."""
+    a, b = _operand(a), _operand(b)
+    if a is None or b is None:
+        return NotImplemented
+    return Map(OPS[name], (a, b))
+
+
+def _operand(x) -> Exp | None:
+    if isinstance(x, Exp):
+        return x
     try:
-        return apply_op(name, a, b)
+        return as_exp(x)
     except TypeError:
-        if not isinstance(a, Exp) or not isinstance(b, Exp):
-            return NotImplemented
-        raise
+        return None
 
 
 def matmul(a, b) -> Exp:

@@ -108,7 +108,7 @@ def _walk(e: Exp, leaves: list, leaf_ids: dict, scalars: list, key: list, memo: 
         if index is None:
             index = leaf_ids[id(e)] = len(leaves)
             leaves.append(e)
-        key.append(("t", index, e.dtype.char, e.ndim))
+        key.append(("t", index, e.dtype.char, len(e.shape)))
     elif t is Scalar:
         scalars.append(e.value)
         key.append(("s", type(e.value)))

@@ -106,7 +106,9 @@ def test_tensor_copies_arrays_and_keeps_or_sets_dtype(dtype):
 @pytest.mark.parametrize("name,dtype", [("float32", float32), ("float64", float64),
                                         ("int32", int32), ("int64", int64), ("bool", bool_),
                                         (np.float64, float64), (float, float32), (int, int64),
-                                        (bool, bool_), ("double", float64), ("long", int64)])
+                                        (bool, bool_), ("double", float64), ("long", int64),
+                                        ("f4", float32), ("<f8", float64), ("i4", int32),
+                                        ("?", bool_), (np.dtype("int64"), int64)])
 def test_dtype_spellings(name, dtype):
     assert zeros(2, dtype=name).dtype == dtype
     assert tensor([1], dtype=name).dtype == dtype
