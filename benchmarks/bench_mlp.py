@@ -6,10 +6,16 @@ MNIST-shaped data. The NumPy row is the same math written by hand (no
 graph, no autograd, in-place updates): the "no framework overhead" floor.
 All three run in this process, on the same batches, with the same starting
 weights and thread counts; a sanity check first confirms that minitorch_exp
-and NumPy take identical steps.
+and NumPy take identical steps. Results go to
+``benchmarks/results/mlp_train_t<threads>*``, one set per thread count.
 
     python benchmarks/bench_mlp.py                 # 2 threads, as on CI
+    python benchmarks/bench_mlp.py --threads 1     # steadier on a busy machine
     python benchmarks/bench_mlp.py --threads 4 --min-time 1.0
+
+On a machine shared with other work, multi-threaded BLAS steps swing by 10x
+(threads spin waiting for a core); compare rows of one run only, and prefer
+``--threads 1`` there.
 """
 
 from __future__ import annotations
@@ -233,7 +239,16 @@ def main(argv=None) -> int:
             if has_torch:
                 makers["pytorch"] = torch_step
             steps = {name: make(weights, data)[0] for name, make in makers.items()}
+            torch_fn = steps.pop("pytorch", None)
+            # numpy and minitorch_exp share NumPy's BLAS pool, so they take turns; PyTorch
+            # brings its own (OpenMP) threads, which would fight the BLAS threads still
+            # spinning from the last call on 2 cores: it runs alone, after a pause.
             times = interleaved_timeit(steps, args.min_time * len(steps))
+            if torch_fn is not None:
+                time.sleep(0.5)
+                times["pytorch"] = interleaved_timeit({"pytorch": torch_fn},
+                                                      args.min_time)["pytorch"]
+                time.sleep(0.5)
             for name, t in times.items():
                 vs_numpy.add(name, size, t)
                 vs_torch.add(name, size, t)

@@ -53,10 +53,12 @@ Which evaluator, measured on the 2-core reference machine
   element, 4-36x slower than NumPy's SIMD ufuncs) make a Plan on large arrays
   run on the NumPy evaluator when the ``OP_COST_NS`` model says so. Arithmetic,
   comparisons, where and sqrt vectorize and stay here (3-60x faster).
-* ``prange`` from ``PARALLEL_MIN`` element-operations (elements x (operands +
-  instructions)). Waking the second thread costs ~10 us on an idle machine and
-  ~60 us when another process holds that core, and a memory-bound loop gains
-  at most ~1.7x, so only large arrays go parallel.
+* ``prange`` from ``PARALLEL_MIN`` = 2^23 element-operations (elements x
+  (operands + instructions)): ~1.4e6 elements for the seed update. With the
+  second core free, waking its thread cost ~1.5 us and the seed update ran
+  1.7x faster at 1e6 elements; with another process busy on it, the wake-up
+  cost ~60 us and nothing got faster up to 1.6e7 elements, so only large
+  arrays go parallel (``MINITORCH_PARALLEL_MIN`` overrides).
 * The ``workqueue`` threading layer unless ``NUMBA_THREADING_LAYER`` says
   otherwise. OpenMP's threads spin after each parallel loop and took the cores
   from the next BLAS call (a 256x256 matmul after an OpenMP kernel ran up to
@@ -90,8 +92,8 @@ from .ops import OPS
 
 MAX_DIMS = 4
 # Element-operations (elements x (operands + instructions)) from which the
-# prange variant runs; measured with ``benchmarks/bench_update.py --threshold``.
-PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 21))
+# prange variant runs (module docstring; ``bench_update.py --threshold``).
+PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 23))
 
 # LLVM vectorizes arithmetic, comparisons and sqrt, but exp, log and tanh
 # become one libm call per element (no vector math library here), while
@@ -216,6 +218,11 @@ def reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
     dim, the parallel variant splits the outermost reduced loop into chunks
     whose partial results are combined at the end. ``kinds`` are the innermost
     *reduced* stride kinds of the leaves (``1`` or ``s``).
+
+    Sums compile with ``fastmath={"reassoc"}``: without it LLVM must add in
+    order, one element per add latency; with it the float64 accumulation is
+    vectorized (faster than NumPy's pairwise float32 sum). The fused body may
+    then be reassociated too, which changes results only within rounding.
     """
     kinds = kinds or ("1",) * plan.n_leaves
     result_dtype = C.reduce_result_dtype(op, plan.dtype)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import dtypes
 from .device import as_device
-from .layout import check_shape, normalize_shape
+from .layout import check_shape, contiguous, normalize_shape
+from .storage import Storage
 from .tensor import Tensor, from_array
 
 _generator = {"rng": np.random.default_rng()}
@@ -36,9 +39,14 @@ def _filled(shape, value, dtype, device) -> Tensor:
 
 
 def empty(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
-    shape = check_shape(normalize_shape(shape))
-    device = as_device(device)
-    return from_array(device.xp.empty(shape, dtype=dtypes.as_dtype(dtype)), device)
+    return new_empty(check_shape(normalize_shape(shape)), dtypes.as_dtype(dtype),
+                     as_device(device))
+
+
+def new_empty(shape: tuple, dtype, device) -> Tensor:
+    """An uninitialized contiguous tensor; arguments already normalized (the engine's path)."""
+    data = device.xp.empty(math.prod(shape), dtype=dtype)
+    return Tensor(Storage(data, device), contiguous(shape))
 
 
 def zeros(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:

@@ -52,7 +52,8 @@ def assign(dst, e: Exp, saver: str = "=") -> None:
 def _fast_checks_pass(dst, e: Exp, saver: str) -> bool:
     """The checks of ``_check_assign`` for the everyday case, in a few comparisons."""
     return (type(dst) is Tensor and e.shape == dst.shape and e.dtype == dst.dtype
-            and e.device == dst.device and saver in SAVERS and 0 not in dst.layout.strides)
+            and e.device == dst.device and saver in SAVERS and 0 not in dst.layout.strides
+            and (dst.dtype.kind == "f" or saver in ("=", "+=", "*=")))  # bool -=, int /=
 
 
 def _dispatch(dst, e: Exp, saver: str, planned=None) -> None:
@@ -84,8 +85,8 @@ def evaluate(e: Exp):
         if t.is_contiguous():
             return t
         e = t
-    from .creation import empty
-    dst = empty(e.shape, dtype=e.dtype, device=e.device)
+    from .creation import new_empty
+    dst = new_empty(e.shape, e.dtype, e.device)
     assign(dst, e)
     return dst
 
@@ -101,8 +102,8 @@ def realize(e: Exp):
 
 def evaluate_copy(t):
     """A contiguous copy of the tensor ``t`` (one elementwise pass)."""
-    from .creation import empty
-    dst = empty(t.shape, dtype=t.dtype, device=t.device)
+    from .creation import new_empty
+    dst = new_empty(t.shape, t.dtype, t.device)
     plan, leaves, scalars = make_plan(t, dst.ndim)
     backend_for(t.device).elementwise(plan, dst, leaves, scalars, "=")
     return dst

@@ -453,6 +453,24 @@ class Dot(Complex):
     def children(self):
         return (self.a, self.b)
 
+    def transpose(self, i: int = 0, j: int = 1) -> Exp:
+        if {i % self.ndim, j % self.ndim} == {self.ndim - 2, self.ndim - 1}:
+            return self._swapped()
+        return super().transpose(i, j)
+
+    def permute(self, *dims) -> Exp:
+        dims = tuple(d % self.ndim for d in normalize_shape(dims))
+        if dims == tuple(range(self.ndim - 2)) + (self.ndim - 1, self.ndim - 2):
+            return self._swapped()
+        return super().permute(*dims)
+
+    def _swapped(self) -> Exp:
+        """``(a @ b)^T = b^T @ a^T``: the view moves into the product, so BLAS writes the
+        transposed result directly instead of a temporary that is then copied."""
+        if self.a.ndim < 2 or self.b.ndim < 2 or self.realized is not None:
+            return ViewExp(self, lambda t: t.transpose(-1, -2), "transpose(-1, -2)", None)
+        return Dot(self.b.transpose(-1, -2), self.a.transpose(-1, -2))
+
 
 class Reduce(Complex):
     """``sum``, ``mean``, ``max``, ``min``, ``argmax`` over axes of a (fused) input."""

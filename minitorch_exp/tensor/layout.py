@@ -9,6 +9,7 @@ expanding, reshaping -- is a new layout over the same buffer.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import NamedTuple
@@ -33,6 +34,7 @@ class Layout(NamedTuple):
         return math.prod(self.shape)
 
 
+@functools.lru_cache(maxsize=4096)
 def contiguous_strides(shape: Shape) -> Strides:
     """Row-major (C order) strides: the last dimension moves fastest."""
     strides = []

@@ -207,3 +207,30 @@ def test_non_tensor_operands_are_type_errors():
         t * [1, 2]
     with pytest.raises(TypeError, match="dict"):
         maximum(t, {})
+
+
+def test_boolean_subtract_and_negate_are_refused_like_numpy():
+    a = np.array([True, False])
+    numpy_refuses(lambda: a - a, TypeError)
+    numpy_refuses(lambda: -a, TypeError)
+    t = from_numpy(a)
+    with pytest.raises(TypeError, match="sub: cannot subtract bool"):
+        t - t
+    with pytest.raises(TypeError, match="sub"):
+        t - True
+    with pytest.raises(TypeError, match="neg: cannot negate bool"):
+        _ = -t
+    with pytest.raises(TypeError, match="-="):
+        t -= t
+    np.testing.assert_array_equal((t - 1).numpy(), a - 1)  # bool - int is an int: fine
+
+
+def test_true_division_into_an_int_tensor_is_refused_like_numpy():
+    a = np.arange(3, dtype=np.int32)
+    numpy_refuses(lambda: np.true_divide(a, a, out=a.copy()), TypeError)
+    t = from_numpy(a.copy())
+    with pytest.raises(TypeError, match=r"/=.*int32"):
+        t /= t
+    with pytest.raises(TypeError, match=r"/=.*int32"):
+        t /= from_numpy(a.copy())
+    np.testing.assert_array_equal(t.numpy(), a)
