@@ -123,7 +123,9 @@ def _propagate(ctx, g: Exp, grads: dict) -> None:
 def _accumulate(leaf: Node, g: Exp) -> None:
     """Write the gradient into ``leaf.grad`` (a fresh tensor the first time, then ``+=``)."""
     if leaf.grad is None:
-        dst = creation.new_empty(leaf.shape, leaf.dtype, leaf.device)
+        dst = leaf.grad_buffer
+        if dst is None:
+            dst = creation.new_empty(leaf.shape, leaf.dtype, leaf.device)
         assign(dst, g)
         leaf.grad = Node(dst)
     else:

@@ -32,7 +32,7 @@ class Node:
     """A differentiable tensor, PyTorch-shaped: ``shape``, ``grad``, ``backward()``..."""
 
     __slots__ = ("_value", "grad", "requires_grad", "grad_fn", "_lazy_ops", "_guard",
-                 "__weakref__")
+                 "grad_buffer", "__weakref__")
     __array_priority__ = 200
     __hash__ = object.__hash__
 
@@ -45,6 +45,9 @@ class Node:
         self.grad_fn = None
         self._lazy_ops = 0
         self._guard = None
+        #: Where backward writes this leaf's next gradient when ``grad`` is None (an
+        #: optimizer's flat buffer, see nn/optim.py); None: a fresh tensor each time.
+        self.grad_buffer = None
         if requires_grad and value.dtype.kind != "f":
             raise TypeError(f"only float tensors can require gradients, got {value.dtype.name}")
 

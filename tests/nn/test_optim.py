@@ -148,8 +148,8 @@ def test_step_builds_no_graph_and_skips_params_without_grad():
 
 def test_step_updates_in_place():
     params = make_params(initial())
+    opt = optim.SGD(params, lr=0.1, momentum=0.9)  # may move params into one flat buffer
     storage = [p.value.storage for p in params]
-    opt = optim.SGD(params, lr=0.1, momentum=0.9)
     for t in range(2):
         set_grads(params, grads(t))
         opt.step()
@@ -335,3 +335,46 @@ def test_clip_grad_norm_single_tensor_and_no_grads():
     np.testing.assert_allclose(p.grad.numpy(), 0.5 / (1 + 1e-6 / 6), rtol=1e-6)
     q = nn.Parameter(np.ones(3, np.float32))
     assert optim.clip_grad_norm_([q], 1.0) == 0.0
+
+
+def _flat_setup(opt_cls, **kw):
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+    opt = opt_cls(model.parameters(), **kw)
+    x = mt.randn(4, 6)
+    y = mt.tensor([0, 1, 2, 1])
+    return model, opt, x, y
+
+
+@pytest.mark.parametrize("opt_cls, kw, kernels", [
+    (optim.SGD, dict(lr=0.1, momentum=0.9), 2),   # buf update + param update, whole model
+    (optim.Adam, dict(lr=1e-2), 3),               # m, v, then the parameters
+])
+def test_flat_update_runs_a_fixed_number_of_kernels(opt_cls, kw, kernels):
+    model, opt, x, y = _flat_setup(opt_cls, **kw)
+    for step in range(3):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        with mt.count_kernels() as k:
+            opt.step()
+        if step:  # the first SGD step copies the gradient into the new momentum buffer
+            assert k.total == kernels, k
+    state = opt.state_dict()["state"]
+    assert all(not key.startswith("_") for entry in state.values() for key in entry)
+
+
+@pytest.mark.parametrize("opt_cls, kw", [(optim.SGD, dict(lr=0.1, momentum=0.9)),
+                                         (optim.Adam, dict(lr=1e-2))])
+def test_flat_and_per_parameter_updates_agree(opt_cls, kw):
+    runs = []
+    for flat in (True, False):
+        mt.manual_seed(3)
+        model, opt, x, y = _flat_setup(opt_cls, **kw)
+        if not flat:
+            opt._flat = [None] * len(opt._flat)
+        for _ in range(4):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        runs.append([p.numpy().copy() for p in model.parameters()])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
