@@ -37,7 +37,8 @@ the hash of their source) and compiled with ``numba.njit(cache=True)``, so a
 second run of a script compiles nothing (``compile_stats()`` counts). Each
 module holds a serial and a ``prange`` variant; the parallel one is compiled
 only when a large enough array first needs it. Cold, a kernel compiles in
-~0.15 s (serial) / ~0.4 s (parallel); warm, loading one takes milliseconds.
+~0.18 s (serial) / ~0.55 s (parallel); warm, loading one takes ~5 ms, after
+~0.2 s once per process for numba itself.
 
 Reductions (sum, mean, max, min) are one kernel over the fused input: kept
 dims outside, reduced dims inside accumulating into a local (float32 sums in
@@ -53,18 +54,19 @@ Which evaluator, measured on the 2-core reference machine
   element, 4-36x slower than NumPy's SIMD ufuncs) make a Plan on large arrays
   run on the NumPy evaluator when the ``OP_COST_NS`` model says so. Arithmetic,
   comparisons, where and sqrt vectorize and stay here (3-60x faster).
-* ``prange`` from ``PARALLEL_MIN`` = 2^23 element-operations (elements x
-  (operands + instructions)): ~1.4e6 elements for the seed update. With the
-  second core free, waking its thread cost ~1.5 us and the seed update ran
-  1.7x faster at 1e6 elements; with another process busy on it, the wake-up
-  cost ~60 us and nothing got faster up to 1.6e7 elements, so only large
-  arrays go parallel (``MINITORCH_PARALLEL_MIN`` overrides).
+* ``prange`` from ``PARALLEL_MIN`` = 2^25 element-operations (elements x
+  (operands + instructions)): ~5.6e6 elements for the seed update, ~3e6 for
+  Adam's ``w`` statement. Handing half the loop to the sleeping workqueue
+  thread costs ~100 us on this VM, so the parallel variant first won at 2^22
+  elements (seed 0.69x of serial time) and 2^24 (Adam-w 0.81x); with another
+  process busy on the second core it never won. ``MINITORCH_PARALLEL_MIN``
+  overrides.
 * The ``workqueue`` threading layer unless ``NUMBA_THREADING_LAYER`` says
-  otherwise. OpenMP's threads spin after each parallel loop and took the cores
-  from the next BLAS call (a 256x256 matmul after an OpenMP kernel ran up to
-  100x slower under load); workqueue's threads sleep. workqueue cannot be
-  entered from two threads at once, but these kernels hold the GIL, so it
-  never is.
+  otherwise. OpenMP's threads wake faster (they spin after each parallel
+  loop) but the spinning takes the cores from the next BLAS call: a 256x256
+  matmul right after an OpenMP kernel took 8-36 ms instead of ~0.3 ms;
+  after a workqueue kernel, ~0.4 ms. workqueue cannot be entered from two
+  threads at once, but these kernels hold the GIL, so it never is.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ from .ops import OPS
 MAX_DIMS = 4
 # Element-operations (elements x (operands + instructions)) from which the
 # prange variant runs (module docstring; ``bench_update.py --threshold``).
-PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 23))
+PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 25))
 
 # LLVM vectorizes arithmetic, comparisons and sqrt, but exp, log and tanh
 # become one libm call per element (no vector math library here), while
@@ -499,7 +501,7 @@ class NumbaBackend:
             args += [_private_copy(t) if copy else t.storage.data, *tail]
         parallel = _go_parallel(e.x.numel() * (1 + len(leaves) + len(plan.instrs)))
         chunks = numba.get_num_threads() * 4 if parallel and not loops.kept else 1
-        args += [*scalars, float(max(1, C.reduce_count(e.x.shape, e.axes))), chunks]
+        args += [*scalars, float(C.reduce_count(e.x.shape, e.axes)), chunks]  # 0: mean is nan
         (kernel.parallel if parallel else kernel.serial)(*args)
 
 

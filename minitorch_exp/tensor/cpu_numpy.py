@@ -21,9 +21,10 @@ from .counters import count
 from .ops import OPS
 from .tensor import array_view
 
-# Measured on the 2-core reference machine (benchmarks/bench_block_size.py):
-# below ~64k elements per block the per-block ufunc overhead dominated.
-BLOCK = int(os.environ.get("MINITORCH_BLOCK", 1 << 16))
+# Measured on the 2-core reference machine (benchmarks/bench_block_size.py, Adam update
+# at 1e7 float32; results/numpy_block_size.md): 2^12 was 3.3x slower than 2^16 (per-block
+# ufunc overhead), 2^18-2^19 were fastest (0.68x), 2^20 fell out of L2 again (0.88x).
+BLOCK = int(os.environ.get("MINITORCH_BLOCK", 1 << 18))
 
 SAVER_UFUNCS = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.true_divide}
 REDUCE_UFUNCS = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}

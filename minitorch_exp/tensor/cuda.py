@@ -306,7 +306,7 @@ class CudaBackend:
         module.get_function("minitorch_partial")((blocks,), (THREADS,), tuple(args))
         finish = [np.int64(n_out), np.int64(splits), *map(np.int64, kshape), acc,
                   target.storage.data, np.int64(out_layout.offset),
-                  *map(np.int64, kstrides[0]), np.float64(max(1, n_red))]
+                  *map(np.int64, kstrides[0]), np.float64(C.reduce_count(x.shape, e.axes))]
         blocks = min(MAX_BLOCKS, -(-n_out // THREADS))
         module.get_function("minitorch_finish")((blocks,), (THREADS,), tuple(finish))
 
