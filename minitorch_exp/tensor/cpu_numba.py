@@ -79,6 +79,7 @@ import os
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -465,13 +466,16 @@ class NumbaBackend:
 
     def elementwise(self, plan, dst, leaves, scalars, saver: str) -> None:
         loops = _loop_layout(dst, leaves)
-        if loops is None or (dst.numel() >= NUMPY_FROM and numpy_is_faster(plan)):
+        kernel = None
+        if loops is not None and not (dst.numel() >= NUMPY_FROM and numpy_is_faster(plan)):
+            kernel = _compiled_or_none(plan, lambda: _elementwise_kernel(
+                plan, len(loops.shape), saver, loops.kinds, dst.dtype))
+        if kernel is None:
             self.fallback.elementwise(plan, dst, leaves, scalars, saver)
             return
         count("cpu", "fused")
         if dst.numel() == 0:
             return
-        kernel = _elementwise_kernel(plan, len(loops.shape), saver, loops.kinds, dst.dtype)
         args = [*loops.shape, dst.storage.data, *loops.tails[0]]
         for t, copy, tail in zip(leaves, loops.copies, loops.tails[1:]):
             if tail is not None:
@@ -488,14 +492,14 @@ class NumbaBackend:
         large = e.x.numel() >= NUMPY_FROM
         loops = None if _numpy_reduces_better(e.op, large, plan) else \
             _reduce_loops(dst, e, leaves)
-        if loops is None:
+        kernel = None if loops is None else _compiled_or_none(plan, lambda: _reduce_kernel(
+            plan, e.op, len(loops.kept), len(loops.reduced), saver, loops.kinds, dst.dtype))
+        if kernel is None:
             self.fallback.reduce(dst, e, saver)
             return
         count("cpu", "reduce")
         if dst.numel() == 0:
             return
-        kernel = _reduce_kernel(plan, e.op, len(loops.kept), len(loops.reduced), saver,
-                                loops.kinds, dst.dtype)
         args = [*loops.kept, *loops.reduced, dst.storage.data, *loops.out_tail]
         for t, copy, tail in zip(leaves, loops.copies, loops.tails):
             args += [_private_copy(t) if copy else t.storage.data, *tail]
@@ -503,6 +507,23 @@ class NumbaBackend:
         chunks = numba.get_num_threads() * 4 if parallel and not loops.kept else 1
         args += [*scalars, float(C.reduce_count(e.x.shape, e.axes)), chunks]  # 0: mean is nan
         (kernel.parallel if parallel else kernel.serial)(*args)
+
+
+def _compiled_or_none(plan, build):
+    """``build()``, or None (with one warning) when a user op cannot be compiled.
+
+    The Plan then runs on the NumPy evaluator, still fused; ``set_cpu_backend('numba')``
+    users see why in the warning, which says what the op needs to compile.
+    """
+    if plan.compiled.get("numba-refused"):
+        return None
+    try:
+        return build()
+    except UserOpCompileError as err:
+        plan.compiled["numba-refused"] = True
+        warnings.warn(f"{err} -- running this expression with the NumPy evaluator instead",
+                      RuntimeWarning, stacklevel=4)
+        return None
 
 
 def numpy_is_faster(plan) -> bool:

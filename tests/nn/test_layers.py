@@ -294,7 +294,7 @@ def test_xavier(gain):
 
 def test_receptive_field_counts_in_fans():
     w = nn.Parameter(np.zeros((64, 32, 3, 3), np.float32))
-    init.kaiming_normal_(w, nonlinearity="relu")
+    init.kaiming_normal_(w, nonlinearity="relu", generator=np.random.default_rng(0))
     check_normal(w.numpy(), math.sqrt(2) / math.sqrt(32 * 9))
 
 
