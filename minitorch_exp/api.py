@@ -22,6 +22,7 @@ from .node import (
     randn,
     randn_like,
     set_fusion,
+    tensor,
     zeros,
     zeros_like,
 )
@@ -61,6 +62,7 @@ from .node.ops import (
     unsqueeze,
     where,
 )
+from .serialization import load, save
 from .tensor.backends import set_cpu_backend
 from .tensor.counters import count_kernels, kernel_counts, reset_kernel_counts, set_debug
 from .tensor.creation import manual_seed
@@ -68,9 +70,6 @@ from .tensor.device import Device, cuda_available
 from .tensor.dtypes import bool_, float32, float64, int32, int64
 from .tensor.explain import explain
 from .tensor.ops import register_op, unregister_op
-from .serialization import load, save
-
-from .node import tensor
 
 Tensor = Node  # the user-facing tensor type, as in PyTorch
 

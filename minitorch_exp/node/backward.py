@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..tensor import creation
 from ..tensor.engine import assign, realize
-from ..tensor.expr import COMPLEX, RVALUE, Exp, as_exp
+from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
 from . import anomaly
 from .node import MAX_FUSED_OPS, Node, count_ops
 
@@ -77,7 +77,7 @@ def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
             raise RuntimeError(
                 f"backward through {ctx.name} a second time: its saved values were "
                 "freed; pass retain_graph=True to the first backward() to keep them")
-        if g.kind == COMPLEX:
+        if g.kind == COMPLEX and not (type(g) is Dot and ctx.fn.transposes_products):
             # a dot or reduction is a boundary: every backward rule would evaluate it into a
             # temporary anyway, and unrealized, a chain of them nests without bound
             # (tests/node/test_backward.py::test_long_chain_of_non_elementwise_ops)

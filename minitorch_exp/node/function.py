@@ -102,6 +102,9 @@ class Function:
 
     #: Elementwise functions return lazy expressions that may fuse with their consumers.
     lazy = False
+    #: A backward that only transposes its gradient may receive an unevaluated matrix
+    #: product: ``(A @ B).T`` becomes ``B.T @ A.T``, written by BLAS in the right layout.
+    transposes_products = False
 
     @classmethod
     def apply(cls, *args, **attrs):

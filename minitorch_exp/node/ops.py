@@ -137,6 +137,7 @@ def flatten(x: Node, start_dim: int = 0, end_dim: int = -1) -> Node:
 
 class Permute(Function):
     lazy = True
+    transposes_products = True
 
     @staticmethod
     def forward(ctx, x, dims):

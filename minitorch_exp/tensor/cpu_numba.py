@@ -632,8 +632,25 @@ class ReduceLoops(NamedTuple):
     copies: tuple[bool, ...]            # per leaf: read through a private copy
 
 
+_REDUCE_LOOPS: dict[tuple, ReduceLoops | None] = {}
+
+
 def _reduce_loops(dst, e, leaves) -> ReduceLoops | None:
-    """The loops for ``dst (saver)= e``; None when NumPy's reduction is the better walk."""
+    """The loops for ``dst (saver)= e``; None when NumPy's reduction is the better walk.
+
+    Like ``_loop_layout`` it depends only on layouts, so it is memoized on them.
+    """
+    key = (dst.layout, e.x.shape, e.axes, e.kept_shape,
+           tuple((t.layout, t.storage is dst.storage) for t in leaves))
+    found = _REDUCE_LOOPS.get(key, False)
+    if found is False:
+        if len(_REDUCE_LOOPS) > 4096:
+            _REDUCE_LOOPS.clear()
+        found = _REDUCE_LOOPS[key] = _plan_reduce_loops(dst, e, leaves)
+    return found
+
+
+def _plan_reduce_loops(dst, e, leaves) -> ReduceLoops | None:
     x_shape = e.x.shape
     out = L.broadcast_layout(dst._try_view_reshape(e.kept_shape).layout, x_shape)
     layouts, copies = [out], []

@@ -31,7 +31,7 @@ class Device(NamedTuple):
 CPU = Device("cpu")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def as_device(device) -> Device:
     """Parse ``'cpu'``, ``'cuda'``, ``'cuda:1'`` or a Device."""
     if isinstance(device, Device):
@@ -47,7 +47,7 @@ def as_device(device) -> Device:
     raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cupy_module():
     try:
         import cupy
