@@ -196,8 +196,9 @@ _define("minimum", 2, np.minimum, _NAN_MIN,
         "({0} if ({0} < {1} or {0} != {0}) else {1})", derivative=_d_minimum)
 _define("neg", 1, np.negative, "(-{0})", "(-{0})", derivative=_d_neg)
 _define("abs", 1, np.abs, "({0} < ({T})0 ? -{0} : {0})", "abs({0})", derivative=_d_abs)
-_define("sign", 1, np.sign, "(({T})({0} > ({T})0) - ({T})({0} < ({T})0))",
-        "(({0} > 0) - ({0} < 0))", derivative=_no_grad)
+# NaN propagates through sign and relu, as in NumPy (``x != x`` only for NaN).
+_define("sign", 1, np.sign, "({0} != {0} ? {0} : ({T})(({0} > ({T})0) - ({0} < ({T})0)))",
+        "({0} if {0} != {0} else ({0} > 0) - ({0} < 0))", derivative=_no_grad)
 _define("exp", 1, np.exp, "exp({0})", "math.exp({0})", result="float", derivative=_d_exp)
 _define("log", 1, np.log, "log({0})", "_log({0})", result="float", derivative=_d_log)
 _define("sqrt", 1, np.sqrt, "sqrt({0})", "_sqrt({0})", result="float", derivative=_d_sqrt)
@@ -207,8 +208,8 @@ _define("sigmoid", 1, _sigmoid,
         "({0} >= ({T})0 ? ({T})1 / (({T})1 + exp(-{0})) : exp({0}) / (({T})1 + exp({0})))",
         "(1.0 / (1.0 + math.exp(-{0})) if {0} >= 0 else math.exp({0}) / (1.0 + math.exp({0})))",
         result="float", derivative=_d_sigmoid)
-_define("relu", 1, _relu, "({0} > ({T})0 ? {0} : ({T})0)", "({0} if {0} > 0 else 0)",
-        derivative=_d_relu)
+_define("relu", 1, _relu, "(!({0} <= ({T})0) ? {0} : ({T})0)",
+        "({0} if not ({0} <= 0) else 0)", derivative=_d_relu)
 for _name, _ufunc, _sym in [("eq", np.equal, "=="), ("ne", np.not_equal, "!="),
                             ("lt", np.less, "<"), ("le", np.less_equal, "<="),
                             ("gt", np.greater, ">"), ("ge", np.greater_equal, ">=")]:

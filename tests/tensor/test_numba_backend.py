@@ -430,3 +430,15 @@ def test_second_process_compiles_nothing(tmp_path):
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert runs[0]["compiled"] >= 2
     assert runs[1]["compiled"] == 0 and runs[1]["loaded"] == runs[0]["compiled"]
+
+
+@pytest.mark.parametrize("op", ["relu", "sign", "abs", "maximum", "minimum", "clip"])
+def test_nan_propagates_as_in_numpy(op):
+    a = np.array([np.nan, -1.5, 0.0, 2.0, -0.0, np.inf, -np.inf], dtype=np.float32)
+    reference = {"relu": lambda x: np.maximum(x, 0), "sign": np.sign, "abs": np.abs,
+                 "maximum": lambda x: np.maximum(x, 0.5), "minimum": lambda x: np.minimum(x, 0.5),
+                 "clip": lambda x: np.clip(x, -1.0, 1.0)}[op]
+    args = {"maximum": (0.5,), "minimum": (0.5,), "clip": (-1.0, 1.0)}.get(op, ())
+    with mt.using_cpu_backend("numba"):
+        got = (mt.apply_op(op, mt.from_numpy(a), *args) * 1).numpy()
+    np.testing.assert_array_equal(got, reference(a))
