@@ -54,10 +54,8 @@ class OpDef:
 
     def compute_dtype(self, operands: list) -> np.dtype:
         """The dtype the operands are converted to before the op runs per element."""
-        if self.result == "bool":
+        if self.result == "bool":  # comparisons compare in the promoted input dtype
             return dtypes.result_type(*operands)
-        if self.result == "where":
-            return self.result_dtype(operands)
         return self.result_dtype(operands)
 
 

@@ -1,12 +1,16 @@
 """MakePlan: lower an elementwise expression tree into a flat, cached Plan.
 
 A Plan is a tiny straight-line program in SSA form. Slots ``0..L-1`` are the
-leaf tensors, ``L..L+S-1`` the scalars, and each instruction appends one slot::
+leaf tensors, ``L..L+S-1`` the scalars, and each instruction appends one slot.
+For ``w[...] = -0.1 * (g + 0.01 * w)`` (in0 = g, in1 = w, s0 = -0.1, s1 = 0.01)::
 
-    w[...] = -eta * (g + lam * w)       leaves: g, w    scalars: -eta?, lam
-      s4 = mul(lam, w)                    (slots: 0=g 1=w 2=eta 3=lam)
-      s5 = add(g, s4)
-      s6 = neg(eta) ...
+    t0 = mul(s1, in1) -> float32
+    t1 = add(in0, t0) -> float32
+    t2 = mul(s0, t1) -> float32
+    result = t2
+
+The cache key is the tree in post-order (see ``_walk``); ``_build`` reads the
+key back into the Plan, so the key provably holds everything the Plan needs.
 
 Plans are cached by *structure* -- op names, dtypes, scalar kinds, the number
 of dims and which leaf is read where -- never by data, sizes or scalar values,
@@ -47,23 +51,6 @@ class Plan:
     @property
     def n_inputs(self) -> int:
         return self.n_leaves + len(self.scalar_types)
-
-    def slot_dtype(self, slot: int, scalar_dtypes=None) -> np.dtype:
-        if slot < self.n_leaves:
-            return self.leaf_dtypes[slot]
-        if slot < self.n_inputs:
-            return (scalar_dtypes or self.scalar_compute_dtypes())[slot - self.n_leaves]
-        return self.instrs[slot - self.n_inputs].dtype
-
-    def scalar_compute_dtypes(self) -> tuple[np.dtype, ...]:
-        """Each scalar takes the compute dtype of the first instruction that reads it."""
-        found = {}
-        for ins in self.instrs:
-            for a in ins.args:
-                if self.n_leaves <= a < self.n_inputs:
-                    found.setdefault(a, ins.compute)
-        return tuple(found.get(self.n_leaves + i, np.dtype(t if t is not bool else np.bool_))
-                     for i, t in enumerate(self.scalar_types))
 
     def describe(self) -> str:
         names = [f"in{i}" for i in range(self.n_leaves)]
