@@ -22,7 +22,7 @@ class Context:
 
     # __dict__: a user Function may keep any attribute on ctx (``ctx.alpha = alpha``)
     __slots__ = ("fn", "inputs", "needs_input_grad", "_saved", "_versions", "freed", "attrs",
-                 "where", "__dict__")
+                 "where", "recording", "__dict__")
 
     def __init__(self, fn, needs_input_grad):
         self.fn = fn
@@ -33,6 +33,7 @@ class Context:
         self.freed = False
         self.attrs: dict = {}
         self.where = None
+        self.recording = True  # False when no graph is kept: nothing needs saving
 
     @property
     def name(self) -> str:
@@ -45,6 +46,8 @@ class Context:
 
     def save_for_backward(self, *values) -> None:
         """Keep ``values`` for backward and remember the version of every buffer they read."""
+        if not self.recording:
+            return
         self._saved = values
         self._versions = tuple((s, s.version) for s in _storages(values))
 
@@ -113,6 +116,7 @@ class Function:
         record = any(needs) and is_grad_enabled()
         ctx = Context(cls, needs)
         ctx.attrs = attrs
+        ctx.recording = record
         values = tuple(a._value if isinstance(a, Node) else a for a in args)
         out = cls.forward(ctx, *values, **attrs)
         if isinstance(out, Node):
