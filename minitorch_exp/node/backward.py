@@ -16,34 +16,24 @@ from __future__ import annotations
 from ..tensor import creation
 from ..tensor.engine import assign, realize
 from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
+from ..tensor.graphwalk import post_order
 from . import anomaly
 from .node import MAX_FUSED_OPS, Node, count_ops
 
 
 def topological_order(root: Node) -> list[Node]:
-    """Nodes reachable from ``root`` through ``grad_fn``, each after all its consumers.
-
-    Iterative depth-first search (no recursion limit for long chains).
-    """
-    order: list[Node] = []
-    expanded: set[int] = set()
-    stack = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if id(node) in expanded:
-            continue
-        expanded.add(id(node))
-        stack.append((node, True))
-        if node.grad_fn is not None:
-            for parent in node.grad_fn.inputs:
-                if isinstance(parent, Node) and parent.requires_grad and \
-                        id(parent) not in expanded:
-                    stack.append((parent, False))
+    """Nodes reachable from ``root`` through ``grad_fn`` that need a gradient, each
+    before its inputs (consumers first), found without recursion."""
+    order = post_order(root, _grad_inputs)
     order.reverse()
     return order
+
+
+def _grad_inputs(node: Node) -> list[Node]:
+    ctx = node.grad_fn
+    if ctx is None:
+        return []
+    return [p for p in ctx.inputs if isinstance(p, Node) and p.requires_grad]
 
 
 def _initial_grad(root: Node, grad) -> Exp:

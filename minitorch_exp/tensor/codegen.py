@@ -214,6 +214,24 @@ def inner_kind(strides: L.Strides) -> str:
     return "1" if inner == 1 else "0" if inner == 0 else "s"
 
 
+def operand_kinds(strides: list, offsets: list, shares_dst: list[bool]) -> tuple[str, ...]:
+    """Innermost stride kind of dst (first) and of each leaf in one elementwise loop.
+
+    A leaf that shares dst's storage at exactly dst's position is ``d``: the
+    kernel reads it from ``out[p]``, which keeps in-place updates vectorized.
+    """
+    kinds = [inner_kind(strides[0])]
+    for k, shared in enumerate(shares_dst, start=1):
+        same = shared and strides[k] == strides[0] and offsets[k] == offsets[0]
+        kinds.append("d" if same else inner_kind(strides[k]))
+    return tuple(kinds)
+
+
+def reduce_kinds(reduced_strides: list) -> tuple[str, ...]:
+    """Innermost reduced-stride kind of each leaf: ``1`` (unit) or ``s``."""
+    return tuple("1" if st[-1] == 1 else "s" for st in reduced_strides)
+
+
 def reduce_layout(x_shape: L.Shape, axes: tuple[int, ...], layouts: list[L.Layout]
                   ) -> tuple[L.Shape, L.Shape, list[L.Strides], list[L.Strides]]:
     """Split a reduction's loops into kept dims and reduced dims, each merged.

@@ -600,14 +600,11 @@ def _plan_loops(dst, leaves) -> LoopLayout | None:
     shape, strides, offsets = C.iteration_layout(dst.shape, layouts)
     if len(shape) > MAX_DIMS:
         return None
-    kinds = [C.inner_kind(strides[0])]
-    for k, shared in enumerate(shares, start=1):
-        same = shared and strides[k] == strides[0] and offsets[k] == offsets[0]
-        kinds.append("d" if same else C.inner_kind(strides[k]))
+    kinds = C.operand_kinds(strides, offsets, shares)
     tails = [None if kind == "d" else
              (offsets[k], *strides[k][:len(shape) - (kind != "s")])
              for k, kind in enumerate(kinds)]
-    return LoopLayout(shape, tails, tuple(kinds), tuple(copies))
+    return LoopLayout(shape, tails, kinds, tuple(copies))
 
 
 def _private_copy(t):
@@ -669,7 +666,7 @@ def _plan_reduce_loops(dst, e, leaves) -> ReduceLoops | None:
         return None
     if not reduced:  # nothing left to reduce: one step of one
         reduced, rstrides = (1,), [(0,) for _ in leaves]
-    kinds = tuple("1" if st[-1] == 1 else "s" for st in rstrides)
+    kinds = C.reduce_kinds(rstrides)
     tails = [(lay.offset, *ks, *rs[:len(reduced) - (kind == "1")])
              for lay, ks, rs, kind in zip(layouts[1:], kstrides[1:], rstrides, kinds)]
     return ReduceLoops(kept, reduced, (out.offset, *kstrides[0]), tails, kinds, tuple(copies))

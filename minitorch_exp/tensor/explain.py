@@ -36,6 +36,7 @@ from . import layout as L
 from .backends import backend_for, cpu_backend
 from .device import as_device
 from .expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, as_exp, describe
+from .graphwalk import post_order
 from .kernels import (
     Kernel,
     Splitter,
@@ -481,23 +482,12 @@ def node_graph(root) -> tuple[list, dict[int, list]]:
     """Nodes reachable from ``root`` through ``grad_fn``, inputs before their consumers.
 
     Returns ``(nodes, consumers)``; ``consumers[id(n)]`` lists the nodes reading ``n``.
-    Iterative depth-first search, as ``backward`` walks the graph.
     """
-    order, consumers, expanded = [], {}, set()
-    stack = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if id(node) in expanded:
-            continue
-        expanded.add(id(node))
-        stack.append((node, True))
+    order = post_order(root, node_inputs)
+    consumers: dict[int, list] = {}
+    for node in order:
         for parent in node_inputs(node):
             consumers.setdefault(id(parent), []).append(node)
-            if id(parent) not in expanded:
-                stack.append((parent, False))
     return order, consumers
 
 

@@ -247,12 +247,8 @@ def _loops(k: Kernel, leaves, dst, C) -> tuple[int, tuple[str, ...]]:
     layouts = [dst.layout if dst is not None else L.contiguous(shape)]
     layouts += [L.broadcast_layout(t.layout, shape) for t in leaves]
     cshape, strides, offsets = C.iteration_layout(shape, layouts)
-    kinds = [C.inner_kind(strides[0])]
-    for t, st, off in zip(leaves, strides[1:], offsets[1:]):
-        same = dst is not None and t.storage is dst.storage and st == strides[0] \
-            and off == offsets[0]
-        kinds.append("d" if same else C.inner_kind(st))
-    return len(cshape), tuple(kinds)
+    shares = [dst is not None and t.storage is dst.storage for t in leaves]
+    return len(cshape), C.operand_kinds(strides, offsets, shares)
 
 
 def _reduce_loops(k: Kernel, leaves, dst, C):
@@ -264,7 +260,7 @@ def _reduce_loops(k: Kernel, leaves, dst, C):
     kshape, rshape, _, rstrides = C.reduce_layout(r.x.shape, r.axes, layouts)
     if not rshape:
         rshape, rstrides = (1,), [(0,) for _ in leaves]
-    return len(kshape), len(rshape), tuple("1" if st[-1] == 1 else "s" for st in rstrides)
+    return len(kshape), len(rshape), C.reduce_kinds(rstrides)
 
 
 # ---- bytes moved, against eager NumPy ---------------------------------------------
