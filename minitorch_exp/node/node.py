@@ -241,8 +241,9 @@ class _KeepOnWrite:
 
     def realize(self) -> None:
         from ..tensor.engine import evaluate_copy
+        from ..tensor.expr import set_realized
         for e in self.exps:
-            e.realized = evaluate_copy(e.realized)
+            set_realized(e, evaluate_copy(e.realized))
         self.exps = ()
 
 

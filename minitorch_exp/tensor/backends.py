@@ -32,6 +32,9 @@ def _cpu_backend(name: str):
 
 def backend_for(device):
     if device.type == "cpu":
+        backend = _CPU_BACKENDS.get(_state["cpu"])
+        if backend is not None:
+            return backend
         try:
             return _cpu_backend(_state["cpu"])
         except ImportError:  # numba missing or broken: the reference evaluator still works
@@ -49,6 +52,8 @@ def set_cpu_backend(name: str) -> None:
     """Select the CPU evaluator: ``'numba'`` (compiled) or ``'numpy'`` (reference)."""
     _cpu_backend(name)
     _state["cpu"] = name
+    from .expr import new_epoch
+    new_epoch()  # prepared assignments (engine.py) hold the old evaluator's kernels
 
 
 @contextlib.contextmanager
@@ -58,4 +63,4 @@ def using_cpu_backend(name: str):
     try:
         yield
     finally:
-        _state["cpu"] = old
+        set_cpu_backend(old)

@@ -428,8 +428,11 @@ def _user_op_fingerprints(plan) -> list[str]:
 
 
 def _scalar_function(op):
-    """``op.numpy`` compiled by numba for scalars, checked for each compute dtype used."""
-    key = (op.name, _fingerprint(op.numpy))
+    """``op.numpy`` compiled by numba for scalars, checked for each compute dtype used.
+
+    Keyed by the function object: two closures with the same code differ by their cells.
+    """
+    key = (op.name, op.numpy)
     fn = _USER_FUNCTIONS.get(key)
     if fn is None:
         py = op.numpy
@@ -470,24 +473,33 @@ class NumbaBackend:
     def __init__(self):
         self.fallback = NumpyBackend()
 
-    def elementwise(self, plan, dst, leaves, scalars, saver: str) -> None:
+    def elementwise(self, plan, dst, leaves, scalars, saver: str):
+        """Run the Plan's kernel; return ``(function, args)`` that repeat exactly this call,
+        or None when a repeat would differ (a private copy, the NumPy fallback)."""
         loops = _loop_layout(dst, leaves)
+        n = dst.numel()
         kernel = None
-        if loops is not None and not (dst.numel() >= NUMPY_FROM and numpy_is_faster(plan)):
-            kernel = _compiled_or_none(plan, lambda: _elementwise_kernel(
-                plan, len(loops.shape), saver, loops.kinds, dst.dtype))
+        if loops is not None and not (n >= NUMPY_FROM and numpy_is_faster(plan)):
+            key = ("numba", len(loops.shape), saver, loops.kinds, dst.dtype.char)
+            kernel = plan.compiled.get(key)
+            if kernel is None:
+                kernel = _compiled_or_none(plan, lambda: _elementwise_kernel(
+                    plan, key, saver, loops.kinds, dst.dtype))
         if kernel is None:
             self.fallback.elementwise(plan, dst, leaves, scalars, saver)
-            return
+            return None
         count("cpu", "fused")
-        if dst.numel() == 0:
-            return
+        if n == 0:
+            return None
         args = [*loops.shape, dst.storage.data, *loops.tails[0]]
         for t, copy, tail in zip(leaves, loops.copies, loops.tails[1:]):
             if tail is not None:
                 args += [_private_copy(t) if copy else t.storage.data, *tail]
         args += scalars
-        _run(kernel, args, dst.numel() * (1 + len(leaves) + len(plan.instrs)))
+        fn = kernel.parallel if _go_parallel(n * (1 + len(leaves) + len(plan.instrs))) \
+            else kernel.serial
+        fn(*args)
+        return None if True in loops.copies else (fn, args)
 
     def dot(self, dst, a, b, saver: str) -> None:
         self.fallback.dot(dst, a, b, saver)
@@ -556,10 +568,6 @@ def _go_parallel(work: int) -> bool:
     return work >= PARALLEL_MIN and numba.get_num_threads() > 1
 
 
-def _run(kernel, args, work: int) -> None:
-    (kernel.parallel if _go_parallel(work) else kernel.serial)(*args)
-
-
 class LoopLayout(NamedTuple):
     """How one elementwise kernel call walks memory (see ``_loop_layout``)."""
 
@@ -578,7 +586,8 @@ def _loop_layout(dst, leaves) -> LoopLayout | None:
     It depends only on the layouts and on which leaves share dst's storage,
     so it is computed once per such combination (a training step repeats them).
     """
-    key = (dst.layout, tuple((t.layout, t.storage is dst.storage) for t in leaves))
+    storage = dst.storage
+    key = (dst.layout, *[(t.layout, t.storage is storage) for t in leaves])
     found = _LOOP_LAYOUTS.get(key, False)
     if found is False:
         if len(_LOOP_LAYOUTS) > 4096:
@@ -613,13 +622,13 @@ def _private_copy(t):
     return t.array.copy(order="C").reshape(-1)
 
 
-def _elementwise_kernel(plan, ndim, saver, kinds, dst_dtype):
-    key = ("numba", ndim, saver, kinds, dst_dtype.char)
+def _elementwise_kernel(plan, key, saver, kinds, dst_dtype):
+    """Compile (once per key: ``("numba", ndim, saver, kinds, dst dtype)``) the Plan's loop."""
     kernel = plan.compiled.get(key)
     if kernel is None:
         with _LOCK:
             bindings = _user_bindings(plan)
-            source = kernel_source(plan, ndim, saver, kinds, dst_dtype)
+            source = kernel_source(plan, key[1], saver, kinds, dst_dtype)
             kernel = plan.compiled[key] = load_module(source, bindings)
     return kernel
 

@@ -18,17 +18,43 @@ from __future__ import annotations
 import numpy as np
 
 from . import counters
+from . import expr as _expr
 from . import layout as L
 from .backends import backend_for
-from .expr import COMPLEX, RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, operand_str
+from .expr import COMPLEX, MAPPER, RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, operand_str
 from .plan import NotElementwise, make_plan
 from .tensor import Tensor
 
 SAVERS = ("=", "+=", "-=", "*=", "/=")
 
 
+class Prepared:
+    """One assignment's kernel call with every argument bound, kept on its expression.
+
+    Assigning the same expression into the same place again (``w[...] = e`` in a
+    loop, with ``e`` built once) replays the call: no checks, no plan lookup,
+    no argument marshalling. It is valid while nothing that decided the call can
+    have changed: the destination, the saver and ``expr.EPOCH`` (which also moves
+    when the CPU evaluator is switched). Tensors are immutable views, so the
+    leaves and their layouts cannot change.
+    """
+
+    __slots__ = ("storage", "layout", "saver", "epoch", "device", "fn", "args")
+
+    def __init__(self, dst, saver, fn, args):
+        self.storage, self.layout, self.device = dst.storage, dst.layout, dst.device.type
+        self.saver, self.epoch, self.fn, self.args = saver, _expr.EPOCH, fn, args
+
+
 def assign(dst, e: Exp, saver: str = "=") -> None:
     """Evaluate ``e`` straight into the tensor ``dst`` with the given saver."""
+    p = e.prepared
+    if (p is not None and p.storage is dst.storage and p.saver == saver
+            and p.epoch == _expr.EPOCH and p.layout == dst.layout and not counters.DEBUG):
+        p.storage.before_write()
+        counters.count(p.device, "fused")
+        p.fn(*p.args)
+        return
     if not _fast_checks_pass(dst, e, saver):
         _check_assign(dst, e, saver)
     planned = None
@@ -61,7 +87,9 @@ def _dispatch(dst, e: Exp, saver: str, planned=None) -> None:
     backend = backend_for(dst.device)
     if e.kind != COMPLEX:
         plan, leaves, scalars = planned or make_plan(e, dst.ndim)
-        backend.elementwise(plan, dst, leaves, scalars, saver)
+        call = backend.elementwise(plan, dst, leaves, scalars, saver)
+        if call is not None and e.kind == MAPPER and type(e) is not Scalar:
+            e.prepared = Prepared(dst, saver, *call)
     elif type(e) is Dot:
         backend.dot(dst, e.a, e.b, saver)
     elif type(e) is Reduce:
@@ -96,7 +124,7 @@ def realize(e: Exp):
     if e.kind == RVALUE:
         return e
     if e.realized is None:
-        e.realized = evaluate(e)
+        _expr.set_realized(e, evaluate(e))
     return e.realized
 
 

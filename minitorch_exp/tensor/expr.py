@@ -32,12 +32,29 @@ from .ops import OPS, OpDef
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
 
+#: Goes up whenever an existing tree may start to evaluate differently: a node is
+#: realized (it is then read as its remembered tensor) or an op is unregistered.
+#: A prepared assignment (engine.py) is reused only while it is unchanged.
+EPOCH = 0
+
+
+def new_epoch() -> None:
+    global EPOCH
+    EPOCH += 1
+
+
+def set_realized(e, tensor) -> None:
+    """Remember ``tensor`` as the value of the node ``e``."""
+    e.realized = tensor
+    new_epoch()
+
 
 class Exp:
     """Base of every expression. Subclasses set ``shape``, ``dtype``, ``device``."""
 
     __slots__ = ("shape", "dtype", "device")
     kind = MAPPER
+    prepared = None  # Map and Cast remember their last assignment here (engine.py)
     __array_priority__ = 100  # so ndarray + Exp defers to Exp.__radd__
     __hash__ = object.__hash__
 
@@ -335,12 +352,12 @@ class Map(Exp):
     node was evaluated to, so a value shared by several trees is computed once.
     """
 
-    __slots__ = ("op", "args", "realized")
+    __slots__ = ("op", "args", "realized", "prepared")
 
     def __init__(self, op: OpDef, args: tuple[Exp, ...]):
         self.op = op
         self.args = args
-        self.realized = None
+        self.realized = self.prepared = None
         # Build-time checks, memoized on what they depend on: shapes, dtypes, devices
         # and the *types* of scalars. A training loop pays one dict lookup per op.
         sig = [op.name, op.result]
@@ -383,11 +400,11 @@ class Map(Exp):
 class Cast(Exp):
     """``astype``: convert each element; fuses like a map."""
 
-    __slots__ = ("x", "realized")
+    __slots__ = ("x", "realized", "prepared")
 
     def __init__(self, x: Exp, dtype):
         self.x = x
-        self.realized = None
+        self.realized = self.prepared = None
         self.shape = x.shape
         self.dtype = dtypes.as_dtype(dtype)
         self.device = x.device

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .expr import RVALUE, Cast, Exp, Map, Scalar
+from .expr import RVALUE, Cast, Exp, Map, Scalar, new_epoch
 from .ops import OPS
 
 
@@ -75,36 +75,34 @@ class NotElementwise(TypeError):
 _WEAK = {float: 1.0, int: 1, bool: True}
 
 
-def _walk(e: Exp, leaves: list, leaf_ids: dict, scalars: list, key: list, memo: dict) -> None:
+def _walk(e: Exp, leaves: list, scalars: list, key: list, memo: dict) -> None:
     """Append ``e``'s structure to ``key`` in post-order, collecting leaves and scalars.
 
     Each node appends one token: ``("t", leaf, dtype, ndim)`` for a tensor,
     ``("s", type)`` for a scalar, ``(op, n_args)`` for a map, ``("cast", dtype)``
-    for a cast, or an int -- the index of an earlier token -- when a subtree is
-    used twice. The key is all a Plan needs: ``_build`` reads it back.
+    for a cast, or an int -- the index of an earlier token -- when a tensor or
+    subtree is used twice. The key is all a Plan needs: ``_build`` reads it back.
     """
+    t = type(e)
+    if t is Scalar:
+        scalars.append(e.value)
+        key.append(("s", type(e.value)))
+        return
+    if e.kind != RVALUE and e.realized is not None:
+        e = e.realized  # computed before: read the remembered tensor
     seen = memo.get(id(e))
     if seen is not None:
         key.append(seen)
         return
-    t = type(e)
-    if e.kind != RVALUE and t is not Scalar and e.realized is not None:
-        e = e.realized  # computed before: read the remembered tensor
     if e.kind == RVALUE:
-        index = leaf_ids.get(id(e))
-        if index is None:
-            index = leaf_ids[id(e)] = len(leaves)
-            leaves.append(e)
-        key.append(("t", index, e.dtype.char, len(e.shape)))
-    elif t is Scalar:
-        scalars.append(e.value)
-        key.append(("s", type(e.value)))
+        key.append(("t", len(leaves), e.dtype.char, len(e.shape)))
+        leaves.append(e)
     elif t is Map:
         for arg in e.args:
-            _walk(arg, leaves, leaf_ids, scalars, key, memo)
+            _walk(arg, leaves, scalars, key, memo)
         key.append((e.op.name, len(e.args)))
     elif t is Cast:
-        _walk(e.x, leaves, leaf_ids, scalars, key, memo)
+        _walk(e.x, leaves, scalars, key, memo)
         key.append(("cast", e.dtype.char))
     else:
         raise NotElementwise(f"MakePlan: {t.__name__} is not elementwise; "
@@ -121,7 +119,7 @@ def make_plan(e: Exp, ndim: int) -> tuple[Plan, list, list]:
     leaves: list = []
     scalars: list = []
     key: list = []
-    _walk(e, leaves, {}, scalars, key, {})
+    _walk(e, leaves, scalars, key, {})
     key_t = (ndim, *key)
     plan = _PLANS.get(key_t)
     if plan is None:
@@ -182,6 +180,7 @@ def plan_cache_size() -> int:
 
 def forget_op(name: str) -> None:
     """Drop the cached plans that use op ``name`` (called when a user op is unregistered)."""
+    new_epoch()  # prepared assignments hold kernels that call the old function
     for key, plan in list(_PLANS.items()):
         if any(ins.op == name for ins in plan.instrs):
             del _PLANS[key]

@@ -106,8 +106,7 @@ class Tensor(Exp):
         return self
 
     def clone(self) -> Tensor:
-        from .engine import evaluate_copy
-        return evaluate_copy(self)
+        return engine.evaluate_copy(self)
 
     def contiguous(self) -> Tensor:
         return self if self.is_contiguous() else self.clone()
@@ -181,7 +180,6 @@ class Tensor(Exp):
         return _advanced_index(self, key)
 
     def __setitem__(self, key, value):
-        from .engine import assign
         dst = self if key is Ellipsis else self[key]
         if not isinstance(dst, Tensor) or dst.storage is not self.storage:
             raise IndexError("cannot assign through integer-array or boolean-mask indexing "
@@ -189,27 +187,23 @@ class Tensor(Exp):
         if isinstance(value, Tensor) and value.storage is dst.storage and \
                 value.layout == dst.layout:
             return  # ``t[i] += e`` writes through the view, then re-assigns the same view
-        assign(dst, as_exp(value) if not isinstance(value, (list, tuple)) else tensor(value))
+        engine.assign(dst, as_exp(value) if not isinstance(value, (list, tuple)) else tensor(value))
 
     # ---- savers: in-place operators write straight into this tensor ----------
     def __iadd__(self, other):
-        from .engine import assign
-        assign(self, as_exp(other), "+=")
+        engine.assign(self, as_exp(other), "+=")
         return self
 
     def __isub__(self, other):
-        from .engine import assign
-        assign(self, as_exp(other), "-=")
+        engine.assign(self, as_exp(other), "-=")
         return self
 
     def __imul__(self, other):
-        from .engine import assign
-        assign(self, as_exp(other), "*=")
+        engine.assign(self, as_exp(other), "*=")
         return self
 
     def __itruediv__(self, other):
-        from .engine import assign
-        assign(self, as_exp(other), "/=")
+        engine.assign(self, as_exp(other), "/=")
         return self
 
 
@@ -296,3 +290,8 @@ def tensor(data, dtype=None, device="cpu") -> Tensor:
     if device.type != "cpu":
         arr = device.xp.asarray(arr)
     return from_array(arr, device)
+
+
+# Bound last: engine.py imports this module, so it is imported once Tensor exists
+# (``from . import`` also resolves when engine.py is the one being imported first).
+from . import engine  # noqa: E402
