@@ -168,7 +168,9 @@ class FlatGroup:
             entry = state.setdefault(i, {})
             entry["_flat"] = self
             for key, value in self.state.items():
-                entry[key] = _slice_like(value, self.values, view)
+                old = entry.get(key)
+                if old is None or getattr(old, "storage", None) is not getattr(value, "storage", 0):
+                    entry[key] = _slice_like(value, self.values, view)  # new, or a scalar
 
     def load_state(self, state: dict, indices) -> None:
         """After load_state_dict: copy per-parameter state into flat buffers again."""

@@ -111,17 +111,16 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **attrs):
-        from .node import Node, lazy_value
-        needs = tuple(isinstance(a, Node) and a.requires_grad for a in args)
+        needs = tuple(isinstance(a, _node.Node) and a.requires_grad for a in args)
         record = any(needs) and is_grad_enabled()
         ctx = Context(cls, needs)
         ctx.attrs = attrs
         ctx.recording = record
-        values = tuple(a._value if isinstance(a, Node) else a for a in args)
+        values = tuple(a._value if isinstance(a, _node.Node) else a for a in args)
         out = cls.forward(ctx, *values, **attrs)
-        if isinstance(out, Node):
+        if isinstance(out, _node.Node):
             out = out._value
-        node = lazy_value(out, cls.lazy and fusion_enabled(), args)
+        node = _node.lazy_value(out, cls.lazy and fusion_enabled(), args)
         if record and node.dtype.kind == "f":  # comparisons, argmax: values, no gradient
             ctx.inputs = args
             node.requires_grad = True
@@ -129,3 +128,7 @@ class Function:
         if anomaly.is_anomaly_enabled():  # mt.detect_anomaly(): record where; check NaN/Inf
             anomaly.check_forward(ctx, args, node)
         return node
+
+
+# Bound last: node.py imports this module (``from . import`` resolves the cycle).
+from . import node as _node  # noqa: E402
