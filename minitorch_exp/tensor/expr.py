@@ -360,10 +360,9 @@ class Map(Exp):
         self.realized = self.prepared = None
         # Build-time checks, memoized on what they depend on: shapes, dtypes, devices
         # and the *types* of scalars. A training loop pays one dict lookup per op.
-        sig = [op.name, op.result]
-        for a in args:
-            sig.append(type(a.value) if type(a) is Scalar else (a.shape, a.dtype, a.device))
-        sig = tuple(sig)
+        sig = (op.name, op.result)
+        for a in args:  # a scalar adds its type; a tensor or tree its shape, dtype, device
+            sig += (type(a.value),) if type(a) is Scalar else (a.shape, a.dtype, a.device)
         info = _MAP_INFO.get(sig)
         if info is None:
             if len(_MAP_INFO) > 50_000:
@@ -627,15 +626,18 @@ def apply_op(name: str, *operands) -> Exp:
 
 def binary(name: str, a, b):
     """The operators' path: ``a op b`` with one side an Exp (NotImplemented for others)."""
-    a, b = _operand(a), _operand(b)
+    if not isinstance(a, Exp):
+        a = _operand(a)
+    if not isinstance(b, Exp):
+        b = _operand(b)
     if a is None or b is None:
         return NotImplemented
     return Map(OPS[name], (a, b))
 
 
 def _operand(x) -> Exp | None:
-    if isinstance(x, Exp):
-        return x
+    if type(x) in _WEAK_STANDIN:
+        return Scalar(x)
     try:
         return as_exp(x)
     except TypeError:
