@@ -69,7 +69,10 @@ class Cycle:
 
 # ---------------------------------------------------------------- minitorch_exp
 
-def minitorch_step(weights, data):
+# The step builders take ``device`` ("cpu", or "cuda" for bench_cuda.py): the model,
+# its optimizer and the batch pool live there. The default is this script's setup.
+
+def minitorch_step(weights, data, device="cpu"):
     layers = []
     for i, (w, b) in enumerate(weights):
         lin = nn.Linear(w.shape[1], w.shape[0])
@@ -77,9 +80,9 @@ def minitorch_step(weights, data):
         layers.append(lin)
         if i < len(weights) - 1:
             layers.append(nn.ReLU())
-    model = nn.Sequential(*layers)
+    model = nn.Sequential(*layers).to(device)  # before the optimizer makes its flat buffers
     opt = nn.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    pool = Cycle([(mt.from_numpy(x), mt.from_numpy(y)) for x, y in data])
+    pool = Cycle([(mt.from_numpy(x).to(device), mt.from_numpy(y).to(device)) for x, y in data])
 
     def step():
         x, y = pool.next()
@@ -93,7 +96,7 @@ def minitorch_step(weights, data):
 
 # ---------------------------------------------------------------- PyTorch
 
-def torch_step(weights, data):
+def torch_step(weights, data, device="cpu"):
     import torch
     layers = []
     for i, (w, b) in enumerate(weights):
@@ -104,9 +107,10 @@ def torch_step(weights, data):
         layers.append(lin)
         if i < len(weights) - 1:
             layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    model = torch.nn.Sequential(*layers).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    pool = Cycle([(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data])
+    pool = Cycle([(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
+                  for x, y in data])
 
     def step():
         x, y = pool.next()
@@ -115,7 +119,7 @@ def torch_step(weights, data):
         loss.backward()
         opt.step()
 
-    return step, lambda: [p.detach().numpy() for p in model.parameters()]
+    return step, lambda: [p.detach().cpu().numpy() for p in model.parameters()]
 
 
 # ---------------------------------------------------------------- NumPy by hand
@@ -166,14 +170,16 @@ def numpy_step(weights, data):
 
 # ---------------------------------------------------------------- driver
 
-def check_same_steps(weights, data):
-    """minitorch_exp and the NumPy floor must do the same work: compare 5 steps."""
-    (mstep, mparams), (nstep, nparams) = minitorch_step(weights, data), numpy_step(weights, data)
+def check_same_steps(weights, data, device="cpu", rtol=1e-4, atol=1e-6):
+    """minitorch_exp (on ``device``) and the NumPy floor must do the same work: compare
+    5 steps."""
+    (mstep, mparams) = minitorch_step(weights, data, device)
+    (nstep, nparams) = numpy_step(weights, data)
     for _ in range(5):
         mstep()
         nstep()
     for a, b in zip(mparams(), nparams()):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
 
 
 def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5) -> dict[str, float]:
@@ -200,10 +206,12 @@ def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5) -> dict[st
     return {name: statistics.median(ts) for name, ts in samples.items()}
 
 
-def kernels_per_step(step) -> dict[str, int]:
+def kernels_per_step(step, device="cpu") -> dict[str, int]:
+    """Kernels one call of ``step`` runs, by kind (``device``: "cpu" or "cuda", the
+    names the kernel counters use)."""
     step()
     step()
-    with mt.count_kernels() as k:
+    with mt.count_kernels(device) as k:
         step()
     return {kind: n for kind, n in k.counts.items() if n}
 

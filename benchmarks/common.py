@@ -153,26 +153,38 @@ def pin_threads(n: int) -> dict[str, int]:
 # ---------------------------------------------------------------- timing
 
 
-def _run(fn: Callable[[], Any], number: int) -> float:
-    """Seconds taken by ``number`` back-to-back calls of ``fn``."""
+def _run(fn: Callable[[], Any], number: int,
+         sync: Callable[[], Any] | None = None) -> float:
+    """Seconds taken by ``number`` back-to-back calls of ``fn``.
+
+    With ``sync`` (a GPU's synchronize), the clock starts after ``sync()`` and
+    stops after another ``sync()`` that follows the last call, so work the calls
+    queued on the device is counted, once per batch rather than once per call.
+    """
+    if sync is not None:
+        sync()
     start = time.perf_counter()
     for _ in range(number):
         fn()
+    if sync is not None:
+        sync()
     return time.perf_counter() - start
 
 
-def _calibrate(fn: Callable[[], Any], target: float) -> int:
+def _calibrate(fn: Callable[[], Any], target: float,
+               sync: Callable[[], Any] | None = None) -> int:
     """Smallest-ish call count whose run lasts at least ``target`` seconds."""
     number = 1
     while True:
-        elapsed = _run(fn, number)
+        elapsed = _run(fn, number, sync)
         if elapsed >= target:
             return number
         guess = int(number * target / elapsed * 1.2) + 1 if elapsed > 0 else number * 10
         number = min(number * 10, max(number * 2, guess))
 
 
-def timeit(fn: Callable[[], Any], *, min_time: float = 0.2, repeat: int = 5) -> float:
+def timeit(fn: Callable[[], Any], *, min_time: float = 0.2, repeat: int = 5,
+           sync: Callable[[], Any] | None = None) -> float:
     """Time ``fn()`` robustly.
 
     After one warm-up call (JIT compilation, caches), the call count per round
@@ -183,6 +195,9 @@ def timeit(fn: Callable[[], Any], *, min_time: float = 0.2, repeat: int = 5) -> 
         fn: Zero-argument callable to time.
         min_time: Total measured seconds to aim for, split over the rounds.
         repeat: Number of rounds.
+        sync: For asynchronous devices (a GPU): called before and after each
+            round of calls, so a round counts the device's work, not just the
+            launches (e.g. ``cupy.cuda.Device().synchronize``).
 
     Returns:
         Seconds per call.
@@ -190,8 +205,8 @@ def timeit(fn: Callable[[], Any], *, min_time: float = 0.2, repeat: int = 5) -> 
     if min_time <= 0 or repeat < 1:
         raise ValueError(f"expected min_time > 0 and repeat >= 1, found {min_time}, {repeat}")
     fn()
-    number = _calibrate(fn, min_time / repeat)
-    return statistics.median(_run(fn, number) / number for _ in range(repeat))
+    number = _calibrate(fn, min_time / repeat, sync)
+    return statistics.median(_run(fn, number, sync) / number for _ in range(repeat))
 
 
 @functools.cache
