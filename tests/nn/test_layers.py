@@ -12,6 +12,8 @@ import minitorch_exp as mt
 from minitorch_exp import nn
 from minitorch_exp.nn import init
 
+from ..devices import DEVICES, gradcheck, tolerance
+
 RNG = np.random.default_rng(0)
 
 
@@ -19,8 +21,8 @@ def arr(*shape, dtype=np.float32, scale=1.0):
     return (RNG.standard_normal(shape) * scale).astype(dtype)
 
 
-def node(a, requires_grad=True):
-    return mt.tensor(a, requires_grad=requires_grad)
+def node(a, requires_grad=True, device="cpu"):
+    return mt.tensor(a, requires_grad=requires_grad, device=device)
 
 
 def set_param(p, values):
@@ -97,40 +99,49 @@ def randomize(layer):
         set_param(p, arr(*p.shape))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,make,shape", LAYERS, ids=[x[0] for x in LAYERS])
-def test_layer_matches_torch(name, make, shape):
+def test_layer_matches_torch(device, name, make, shape):
     torch = pytest.importorskip("torch")
     mt.manual_seed(0)
     layer = make()
     randomize(layer)
     twin = torch_twin(torch, layer)
+    layer.to(device)
+    assert all(p.device == mt.tensor.as_device(device) for p in layer.parameters())
     x_np = arr(*shape, scale=2.0)
-    x = node(x_np)
+    x = node(x_np, device=device)
     xt = torch.from_numpy(x_np.copy()).requires_grad_(True)
     y, yt = layer(x), twin(xt)
-    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert y.device == x.device
+    rtol, atol = tolerance(device, 1e-5, 1e-5)
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=rtol, atol=atol)
     g_np = arr(*y.shape)
-    y.backward(mt.tensor(g_np))
+    y.backward(mt.tensor(g_np, device=device))
     yt.backward(torch.from_numpy(g_np))
-    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    rtol, atol = tolerance(device, 1e-4, 1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=rtol, atol=atol)
     tparams = dict(twin.named_parameters())
     for pname, p in layer.named_parameters():
+        assert p.grad.device == p.device, pname
         np.testing.assert_allclose(p.grad.numpy(), tparams[pname].grad.numpy(),
-                                   rtol=1e-4, atol=1e-5, err_msg=pname)
+                                   rtol=rtol, atol=atol, err_msg=pname)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,make,shape", LAYERS, ids=[x[0] for x in LAYERS])
-def test_layer_gradcheck(name, make, shape):
+def test_layer_gradcheck(device, name, make, shape):
     layer = float64_params(make())
     randomize(layer)
+    layer.to(device)
     params = list(layer.parameters())
     assert all(p.dtype == np.float64 for p in params)
-    x = node(arr(*shape, dtype=np.float64))
+    x = node(arr(*shape, dtype=np.float64), device=device)
 
     def fn(x, *ps):
         return layer(x)
 
-    assert mt.gradcheck(fn, [x, *params])
+    assert gradcheck(fn, [x, *params])
 
 
 def test_gradcheck_catches_a_wrong_layer():
@@ -158,63 +169,74 @@ def test_linear_float64_weights_and_shapes():
     assert y.shape == (4, 2) and y.dtype == np.float64
 
 
-def test_linear_manual_values():
+@pytest.mark.parametrize("device", DEVICES)
+def test_linear_manual_values(device):
     lin = nn.Linear(2, 2)
     set_param(lin.weight, [[1.0, 2.0], [3.0, 4.0]])
     set_param(lin.bias, [0.5, -0.5])
-    y = lin(mt.tensor([[1.0, 1.0]]))
+    lin.to(device)
+    y = lin(mt.tensor([[1.0, 1.0]], device=device))
     np.testing.assert_allclose(y.numpy(), [[3.5, 6.5]])
 
 
-def test_leaky_relu_and_gelu_known_values():
-    x = mt.tensor([-2.0, 0.0, 3.0])
-    np.testing.assert_allclose(nn.LeakyReLU(0.1)(x).numpy(), [-0.2, 0.0, 3.0], rtol=1e-6)
+@pytest.mark.parametrize("device", DEVICES)
+def test_leaky_relu_and_gelu_known_values(device):
+    x = mt.tensor([-2.0, 0.0, 3.0], device=device)
+    rtol, _ = tolerance(device, 1e-6, 0.0)
+    np.testing.assert_allclose(nn.LeakyReLU(0.1)(x).numpy(), [-0.2, 0.0, 3.0], rtol=rtol)
     phi = 0.5 * (1 + math.erf(1 / math.sqrt(2)))
-    np.testing.assert_allclose(nn.GELU()(mt.tensor([1.0])).numpy(), [phi], rtol=1e-6)
+    np.testing.assert_allclose(nn.GELU()(mt.tensor([1.0], device=device)).numpy(), [phi],
+                               rtol=rtol)
     with pytest.raises(ValueError, match="approximate"):
         nn.GELU("fast")(x)
 
 
-def test_softmax_rows_sum_to_one_and_is_stable():
-    x = mt.tensor([[1000.0, 0.0, -1000.0], [1.0, 1.0, 1.0]])
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_rows_sum_to_one_and_is_stable(device):
+    x = mt.tensor([[1000.0, 0.0, -1000.0], [1.0, 1.0, 1.0]], device=device)
+    rtol, _ = tolerance(device, 1e-6, 0.0)
     p = nn.Softmax(1)(x).numpy()
     assert np.isfinite(p).all()
-    np.testing.assert_allclose(p.sum(1), [1, 1], rtol=1e-6)
+    np.testing.assert_allclose(p.sum(1), [1, 1], rtol=rtol)
     lp = nn.LogSoftmax(1)(x).numpy()
     assert np.isfinite(lp).all()
-    np.testing.assert_allclose(lp[0], [0.0, -1000.0, -2000.0], rtol=1e-6)
+    np.testing.assert_allclose(lp[0], [0.0, -1000.0, -2000.0], rtol=rtol)
 
 
-def test_layer_norm_normalizes():
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_normalizes(device):
     ln64 = nn.LayerNorm(4, dtype=np.float64)
     assert ln64.weight.dtype == ln64.bias.dtype == np.float64
     assert nn.LayerNorm(4).weight.dtype == np.float32
-    ln = nn.LayerNorm(64)
-    y = ln(node(arr(8, 64, scale=5.0) + 3)).numpy()
+    ln = nn.LayerNorm(64).to(device)
+    y = ln(node(arr(8, 64, scale=5.0) + 3, device=device)).numpy()
     np.testing.assert_allclose(y.mean(1), 0, atol=1e-5)
     np.testing.assert_allclose(y.std(1), 1, atol=1e-3)
 
 
 # ---- Dropout -----------------------------------------------------------------------
 
-def test_dropout_eval_is_identity_and_keeps_the_graph():
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropout_eval_is_identity_and_keeps_the_graph(device):
     d = nn.Dropout(0.7).eval()
-    x = node(arr(5, 5))
+    x = node(arr(5, 5), device=device)
     y = d(x)
     np.testing.assert_array_equal(y.numpy(), x.numpy())
     mt.sum(y * 2.0).backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.full((5, 5), 2.0, np.float32))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
-def test_dropout_train_statistics_and_scaling(p):
+def test_dropout_train_statistics_and_scaling(device, p):
     mt.manual_seed(123)
     d = nn.Dropout(p)
     n = 200_000
-    x = node(np.ones(n, np.float32))
+    x = node(np.ones(n, np.float32), device=device)
     y = d(x).numpy()
     kept = y != 0
-    np.testing.assert_allclose(y[kept], 1.0 / (1.0 - p), rtol=1e-6)  # survivors scaled
+    rtol, _ = tolerance(device, 1e-6, 0.0)
+    np.testing.assert_allclose(y[kept], 1.0 / (1.0 - p), rtol=rtol)  # survivors scaled
     frac = kept.mean()
     assert abs(frac - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)  # ~5 sigma
     assert abs(y.mean() - 1.0) < 0.02  # expectation preserved
@@ -241,10 +263,12 @@ def test_dropout_rejects_bad_p():
     assert nn.Dropout(0.0)(mt.ones(3)).numpy().tolist() == [1.0, 1.0, 1.0]
 
 
-def test_flatten_sequential_shapes():
-    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 2))
-    assert model(node(arr(5, 3, 4))).shape == (5, 2)
-    assert nn.Flatten(0, -1)(node(arr(2, 3))).shape == (6,)
+@pytest.mark.parametrize("device", DEVICES)
+def test_flatten_sequential_shapes(device):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 2)).to(device)
+    out = model(node(arr(5, 3, 4), device=device))
+    assert out.shape == (5, 2) and out.device == mt.tensor.as_device(device)
+    assert nn.Flatten(0, -1)(node(arr(2, 3), device=device)).shape == (6,)
 
 
 # ---- nn.init ---------------------------------------------------------------------

@@ -11,6 +11,8 @@ import minitorch_exp as mt
 from minitorch_exp import nn
 from minitorch_exp.nn import optim
 
+from ..devices import DEVICES, tolerance
+
 SHAPES = [(4, 3), (3,), (2, 2, 2)]
 STEPS = 5
 
@@ -25,13 +27,15 @@ def grads(step: int, dtype=np.float64):
     return [rng.standard_normal(s).astype(dtype) for s in SHAPES]
 
 
-def make_params(values):
-    return [nn.Parameter(v.copy()) for v in values]
+def make_params(values, device="cpu"):
+    if device == "cpu":
+        return [nn.Parameter(v.copy()) for v in values]
+    return [nn.Parameter(mt.tensor(v, device=device)) for v in values]
 
 
 def set_grads(params, gs):
     for p, g in zip(params, gs):
-        p.grad = mt.tensor(g)
+        p.grad = mt.tensor(g, device=p.device)
 
 
 # ---- NumPy references (PyTorch's documented update rules) --------------------------
@@ -88,8 +92,8 @@ CONFIGS = [
 TORCH_NAMES = {optim.SGD: "SGD", optim.Adam: "Adam", optim.AdamW: "AdamW"}
 
 
-def run(cls, kwargs, values, steps=STEPS, dtype=np.float64):
-    params = make_params(values)
+def run(cls, kwargs, values, steps=STEPS, dtype=np.float64, device="cpu"):
+    params = make_params(values, device)
     opt = cls(params, **kwargs)
     for t in range(steps):
         set_grads(params, grads(t, dtype))
@@ -97,22 +101,25 @@ def run(cls, kwargs, values, steps=STEPS, dtype=np.float64):
     return params, opt
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,cls,kwargs,reference", CONFIGS, ids=[c[0] for c in CONFIGS])
-def test_matches_numpy_reference(name, cls, kwargs, reference):
+def test_matches_numpy_reference(device, name, cls, kwargs, reference):
     values = initial()
-    params, _ = run(cls, kwargs, values)
+    params, _ = run(cls, kwargs, values, device=device)
     want = reference(values, STEPS, **kwargs)
+    rtol, atol = tolerance(device, 1e-12, 1e-14)
     for p, w, v in zip(params, want, values):
-        assert p.dtype == np.float64
-        np.testing.assert_allclose(p.numpy(), w, rtol=1e-12, atol=1e-14)
+        assert p.dtype == np.float64 and p.device == mt.tensor.as_device(device)
+        np.testing.assert_allclose(p.numpy(), w, rtol=rtol, atol=atol)
         assert np.abs(p.numpy() - v).min() > 1e-4  # every element moved
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,cls,kwargs,reference", CONFIGS, ids=[c[0] for c in CONFIGS])
-def test_matches_torch_optim(name, cls, kwargs, reference):
+def test_matches_torch_optim(device, name, cls, kwargs, reference):
     torch = pytest.importorskip("torch")
     values = initial(np.float32)
-    params = make_params(values)
+    params = make_params(values, device)
     tparams = [torch.from_numpy(v.copy()).requires_grad_(True) for v in values]
     opt = cls(params, **kwargs)
     topt = getattr(torch.optim, TORCH_NAMES[cls])(tparams, **kwargs)
@@ -123,16 +130,18 @@ def test_matches_torch_optim(name, cls, kwargs, reference):
             tp.grad = torch.from_numpy(g.copy())
         opt.step()
         topt.step()
+        rtol, atol = tolerance(device, 2e-6, 2e-7)
         for p, tp in zip(params, tparams):
-            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=2e-6, atol=2e-7,
+            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=rtol, atol=atol,
                                        err_msg=f"step {t}")
 
 
-def test_step_builds_no_graph_and_skips_params_without_grad():
-    params = make_params(initial())
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_builds_no_graph_and_skips_params_without_grad(device):
+    params = make_params(initial(), device)
     before = [p.numpy().copy() for p in params]
     opt = optim.Adam(params, lr=0.1)
-    params[0].grad = mt.tensor(grads(0)[0])
+    params[0].grad = mt.tensor(grads(0)[0], device=device)
     opt.step()  # grad mode is on: the update must still not be recorded
     for p in params:
         assert p.is_leaf and p.grad_fn is None and p.requires_grad
@@ -146,8 +155,9 @@ def test_step_builds_no_graph_and_skips_params_without_grad():
     np.testing.assert_allclose(params[0].grad.numpy(), 2 * params[0].numpy())
 
 
-def test_step_updates_in_place():
-    params = make_params(initial())
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_updates_in_place(device):
+    params = make_params(initial(), device)
     opt = optim.SGD(params, lr=0.1, momentum=0.9)  # may move params into one flat buffer
     storage = [p.value.storage for p in params]
     for t in range(2):
@@ -156,8 +166,9 @@ def test_step_updates_in_place():
     assert [p.value.storage for p in params] == storage
 
 
-def test_zero_grad():
-    params = make_params(initial())
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_grad(device):
+    params = make_params(initial(), device)
     opt = optim.SGD(params, lr=0.1)
     set_grads(params, grads(0))
     opt.zero_grad(set_to_none=False)
@@ -167,9 +178,10 @@ def test_zero_grad():
     assert all(p.grad is None for p in params)
 
 
-def test_param_groups_have_their_own_lr():
+@pytest.mark.parametrize("device", DEVICES)
+def test_param_groups_have_their_own_lr(device):
     values = initial()
-    params = make_params(values)
+    params = make_params(values, device)
     opt = optim.SGD([{"params": params[:1], "lr": 1.0}, {"params": params[1:]}], lr=0.1)
     set_grads(params, grads(0))
     opt.step()
@@ -303,58 +315,62 @@ def test_scheduler_state_dict_resumes():
 
 # ---- gradient clipping ----------------------------------------------------------
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("max_norm", [0.5, 1e6])
-def test_clip_grad_norm_matches_numpy_and_torch(max_norm):
+def test_clip_grad_norm_matches_numpy_and_torch(device, max_norm):
     values = initial(np.float32)
-    params = make_params(values)
+    params = make_params(values, device)
     gs = grads(0, np.float32)
     set_grads(params, gs)
     total = optim.clip_grad_norm_(params, max_norm)
     want = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in gs))
-    assert total == pytest.approx(want, rel=1e-6)
+    rtol, _ = tolerance(device, 1e-6, 0.0)
+    assert total == pytest.approx(want, rel=rtol)
     scale = min(1.0, max_norm / (want + 1e-6))
     for p, g in zip(params, gs):
-        np.testing.assert_allclose(p.grad.numpy(), g * scale, rtol=1e-6)
+        np.testing.assert_allclose(p.grad.numpy(), g * scale, rtol=rtol)
     clipped = math.sqrt(sum(float((p.grad.numpy().astype(np.float64) ** 2).sum())
                             for p in params))
-    assert clipped <= max_norm * (1 + 1e-6)
+    assert clipped <= max_norm * (1 + rtol)
     torch = pytest.importorskip("torch")
     tparams = [torch.from_numpy(v.copy()).requires_grad_(True) for v in values]
     for tp, g in zip(tparams, gs):
         tp.grad = torch.from_numpy(g.copy())
     ttotal = torch.nn.utils.clip_grad_norm_(tparams, max_norm)
-    assert total == pytest.approx(ttotal.item(), rel=1e-6)
+    assert total == pytest.approx(ttotal.item(), rel=rtol)
     for p, tp in zip(params, tparams):
-        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=rtol)
 
 
-def test_clip_grad_norm_single_tensor_and_no_grads():
-    p = nn.Parameter(np.ones((2, 2), np.float32))
-    p.grad = mt.tensor(np.full((2, 2), 3.0, np.float32))  # norm 6
+@pytest.mark.parametrize("device", DEVICES)
+def test_clip_grad_norm_single_tensor_and_no_grads(device):
+    p = nn.Parameter(mt.ones(2, 2, device=device))
+    p.grad = mt.tensor(np.full((2, 2), 3.0, np.float32), device=device)  # norm 6
     assert optim.clip_grad_norm_(p, 1.0) == pytest.approx(6.0)
     np.testing.assert_allclose(p.grad.numpy(), 0.5 / (1 + 1e-6 / 6), rtol=1e-6)
-    q = nn.Parameter(np.ones(3, np.float32))
+    q = nn.Parameter(mt.ones(3, device=device))
     assert optim.clip_grad_norm_([q], 1.0) == 0.0
 
 
-def _flat_setup(opt_cls, **kw):
-    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+def _flat_setup(opt_cls, device="cpu", **kw):
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).to(device)
     opt = opt_cls(model.parameters(), **kw)
-    x = mt.randn(4, 6)
+    x = mt.randn(4, 6, device=device)
     y = mt.tensor([0, 1, 2, 1])
     return model, opt, x, y
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opt_cls, kw, kernels", [
     (optim.SGD, dict(lr=0.1, momentum=0.9), 2),   # buf update + param update, whole model
     (optim.Adam, dict(lr=1e-2), 3),               # m, v, then the parameters
 ])
-def test_flat_update_runs_a_fixed_number_of_kernels(opt_cls, kw, kernels):
-    model, opt, x, y = _flat_setup(opt_cls, **kw)
+def test_flat_update_runs_a_fixed_number_of_kernels(device, opt_cls, kw, kernels):
+    model, opt, x, y = _flat_setup(opt_cls, device, **kw)
     for step in range(3):
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
-        with mt.count_kernels() as k:
+        with mt.count_kernels(device) as k:
             opt.step()
         if step:  # the first SGD step copies the gradient into the new momentum buffer
             assert k.total == kernels, k
@@ -362,13 +378,14 @@ def test_flat_update_runs_a_fixed_number_of_kernels(opt_cls, kw, kernels):
     assert all(not key.startswith("_") for entry in state.values() for key in entry)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opt_cls, kw", [(optim.SGD, dict(lr=0.1, momentum=0.9)),
                                          (optim.Adam, dict(lr=1e-2))])
-def test_flat_and_per_parameter_updates_agree(opt_cls, kw):
+def test_flat_and_per_parameter_updates_agree(device, opt_cls, kw):
     runs = []
     for flat in (True, False):
         mt.manual_seed(3)
-        model, opt, x, y = _flat_setup(opt_cls, **kw)
+        model, opt, x, y = _flat_setup(opt_cls, device, **kw)
         if not flat:
             opt._flat = [None] * len(opt._flat)
         for _ in range(4):

@@ -11,6 +11,8 @@ import pytest
 import minitorch_exp as mt
 from minitorch_exp import nn
 
+from ..devices import DEVICES, tolerance
+
 MEAN, STD = 0.1307, 0.3081
 
 
@@ -33,9 +35,9 @@ def mlp(hidden=128):
     return nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
 
-def train(model, opt, x, y, epochs, batch_size=64, seed=0):
+def train(model, opt, x, y, epochs, batch_size=64, seed=0, device="cpu"):
     loader = nn.DataLoader(nn.TensorDataset(x, y), batch_size=batch_size, shuffle=True,
-                           seed=seed)
+                           seed=seed, device=device)
     losses = []
     for _ in range(epochs):
         for xb, yb in loader:
@@ -47,10 +49,10 @@ def train(model, opt, x, y, epochs, batch_size=64, seed=0):
     return losses
 
 
-def accuracy(model, x, y):
+def accuracy(model, x, y, device="cpu"):
     model.eval()
     with mt.no_grad():
-        pred = model(mt.tensor(x)).argmax(1).numpy()
+        pred = model(mt.tensor(x, device=device)).argmax(1).numpy()
     model.train()
     return float((pred == y).mean())
 
@@ -71,12 +73,14 @@ def test_mnist_subset_learns(mnist):
     assert elapsed < 60, f"2 epochs on 5,000 images took {elapsed:.1f} s"
 
 
-def test_adam_learns_too(mnist):
+@pytest.mark.parametrize("device", DEVICES)
+def test_adam_learns_too(mnist, device):
     x, y, tx, ty = mnist
     mt.manual_seed(1)
-    model = mlp(64)
-    train(model, nn.optim.Adam(model.parameters(), lr=2e-3), x[:2000], y[:2000], epochs=2)
-    assert accuracy(model, tx, ty) > 0.80
+    model = mlp(64).to(device)
+    train(model, nn.optim.Adam(model.parameters(), lr=2e-3), x[:2000], y[:2000], epochs=2,
+          device=device)
+    assert accuracy(model, tx, ty, device) > 0.80
 
 
 def test_fusion_on_and_off_train_the_same(mnist):
@@ -95,7 +99,8 @@ def test_fusion_on_and_off_train_the_same(mnist):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_matches_pytorch_training(mnist):
+@pytest.mark.parametrize("device", DEVICES)
+def test_matches_pytorch_training(mnist, device):
     torch = pytest.importorskip("torch")
     x, y, _, _ = mnist
     x, y = x[:640], y[:640]
@@ -106,9 +111,10 @@ def test_matches_pytorch_training(mnist):
     with torch.no_grad():
         for (_, p), tp in zip(model.named_parameters(), tmodel.parameters()):
             tp.copy_(torch.from_numpy(p.numpy().copy()))
+    model.to(device)
     opt = nn.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     topt = torch.optim.SGD(tmodel.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-    losses = train(model, opt, x, y, epochs=1)
+    losses = train(model, opt, x, y, epochs=1, device=device)
     loader = nn.DataLoader(nn.TensorDataset(x, y), batch_size=64, shuffle=True, seed=0)
     tlosses = []
     for xb, yb in loader:  # the same batches, in the same order
@@ -118,17 +124,21 @@ def test_matches_pytorch_training(mnist):
         loss.backward()
         topt.step()
         tlosses.append(loss.item())
-    np.testing.assert_allclose(losses, tlosses, rtol=1e-4, atol=1e-5)
+    rtol, atol = tolerance(device, 1e-4, 1e-5)
+    np.testing.assert_allclose(losses, tlosses, rtol=rtol, atol=atol)
+    rtol, atol = tolerance(device, 1e-3, 1e-5)
     for p, tp in zip(model.parameters(), tmodel.parameters()):
-        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-3, atol=1e-5)
+        assert p.device == mt.tensor.as_device(device)
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=rtol, atol=atol)
 
 
-def test_training_step_kernel_count_is_bounded():
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_step_kernel_count_is_bounded(device):
     """One MLP step (forward, cross-entropy, backward, SGD-momentum) in a few dozen kernels."""
     mt.manual_seed(0)
-    model = mlp(64)
+    model = mlp(64).to(device)
     opt = nn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    xb = mt.randn(32, 784)
+    xb = mt.randn(32, 784, device=device)
     yb = np.arange(32) % 10
 
     def step():
@@ -139,7 +149,7 @@ def test_training_step_kernel_count_is_bounded():
 
     step()
     step()  # momentum buffers exist from here on
-    with mt.count_kernels() as k:
+    with mt.count_kernels(device) as k:
         step()
     assert k["blas"] == 5  # 2 forward matmuls, 3 backward (no grad for the input)
     assert k.total <= 40, k.counts

@@ -2,9 +2,10 @@
 
 Every op test builds its inputs with ``leaf``: a float64 Node that requires grad
 and may be contiguous, transposed, sliced with a gap, or reversed -- so each
-op meets non-contiguous strides. ``torch_twin`` makes the matching PyTorch leaf,
-and ``compare_with_torch`` runs both forward and backward with the same upstream
-gradient and compares values and every input's gradient.
+op meets non-contiguous strides -- on a given device. ``torch_twin`` makes the
+matching PyTorch leaf (on the CPU), and ``compare_with_torch`` runs both forward
+and backward with the same upstream gradient and compares values and every
+input's gradient.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 import minitorch_exp as mt
+
+from ..devices import on_device, tolerance
 
 LAYOUTS = ("contiguous", "transposed", "sliced", "reversed")
 
@@ -33,10 +36,14 @@ def strided_array(values: np.ndarray, layout: str) -> np.ndarray:
     raise ValueError(layout)
 
 
-def leaf(values, layout: str = "contiguous", requires_grad: bool = True) -> mt.Node:
-    """A float64 leaf Node over ``values`` laid out as ``layout`` (shares that buffer)."""
+def leaf(values, layout: str = "contiguous", requires_grad: bool = True,
+         device="cpu") -> mt.Node:
+    """A float64 leaf Node over ``values`` laid out as ``layout`` on ``device`` (on cpu
+    it shares that buffer; elsewhere the whole buffer is copied, keeping the strides)."""
     arr = strided_array(values, layout)
-    return mt.from_numpy(arr, requires_grad=requires_grad)
+    if device == "cpu":
+        return mt.from_numpy(arr, requires_grad=requires_grad)
+    return mt.Node(on_device(arr, device), requires_grad=requires_grad)
 
 
 def torch_twin(node: mt.Node):
@@ -46,8 +53,14 @@ def torch_twin(node: mt.Node):
 
 
 def compare_with_torch(mt_fn, torch_fn, nodes, rtol=1e-7, atol=1e-9, seed=0):
-    """Forward and backward of ``mt_fn`` and ``torch_fn`` agree (values and grads)."""
+    """Forward and backward of ``mt_fn`` and ``torch_fn`` agree (values and grads).
+
+    The Nodes may live on any device (torch runs on the CPU); off the CPU the
+    tolerances are at least float32-level (tests/devices.py).
+    """
     import torch
+    device = next((n.device for n in nodes if isinstance(n, mt.Node)), "cpu")
+    rtol, atol = tolerance(device, rtol, atol)
     twins = [torch_twin(n) if isinstance(n, mt.Node) else n for n in nodes]
     for n in nodes:
         if isinstance(n, mt.Node):
@@ -60,7 +73,7 @@ def compare_with_torch(mt_fn, torch_fn, nodes, rtol=1e-7, atol=1e-9, seed=0):
         assert not out.requires_grad and out.grad_fn is None
         return
     upstream = np.random.default_rng(seed).uniform(0.5, 1.5, ref.shape)
-    out.backward(mt.tensor(upstream, dtype=out.dtype))
+    out.backward(mt.tensor(upstream, dtype=out.dtype, device=out.device))
     ref.backward(torch.tensor(upstream, dtype=ref.dtype))
     for i, (n, t) in enumerate(zip(nodes, twins)):
         if not (isinstance(n, mt.Node) and n.requires_grad):

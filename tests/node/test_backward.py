@@ -8,6 +8,7 @@ import pytest
 
 import minitorch_exp as mt
 
+from ..devices import CUDA_ONLY, DEVICES, gradcheck
 from ._helpers import compare_with_torch, leaf
 
 
@@ -51,9 +52,10 @@ def test_node_with_thousands_of_consumers(through):
     np.testing.assert_allclose(x.grad.numpy(), dh, rtol=1e-10)
 
 
-def test_diamond():
+@pytest.mark.parametrize("device", DEVICES)
+def test_diamond(device):
     torch = pytest.importorskip("torch")
-    a = leaf([[0.3, -0.7], [1.2, 0.1]])
+    a = leaf([[0.3, -0.7], [1.2, 0.1]], device=device)
 
     def f(a, lib):
         b = a * 2
@@ -65,8 +67,9 @@ def test_diamond():
     compare_with_torch(lambda a: f(a, mt), lambda a: f(a, torch), [a])
 
 
-def test_reused_node_b_eq_a_plus_a():
-    a = leaf([1.0, -2.0, 3.0])
+@pytest.mark.parametrize("device", DEVICES)
+def test_reused_node_b_eq_a_plus_a(device):
+    a = leaf([1.0, -2.0, 3.0], device=device)
     b = a + a
     c = b * b
     c.sum().backward()
@@ -74,9 +77,10 @@ def test_reused_node_b_eq_a_plus_a():
     assert b.grad is None and c.grad is None
 
 
-def test_same_node_as_both_operands_and_in_many_consumers():
+@pytest.mark.parametrize("device", DEVICES)
+def test_same_node_as_both_operands_and_in_many_consumers(device):
     pytest.importorskip("torch")
-    a = leaf([[0.5, -1.5, 2.0]])
+    a = leaf([[0.5, -1.5, 2.0]], device=device)
 
     def f(a):
         s = a.sigmoid()
@@ -87,12 +91,13 @@ def test_same_node_as_both_operands_and_in_many_consumers():
         return s * s + s / (a * a + 1) - s.sum(1, keepdim=True) * a + (s @ s.T)
 
     compare_with_torch(f, tf, [a])
-    assert mt.gradcheck(f, [a])
+    assert gradcheck(f, [a])
 
 
-def test_backward_twice_with_retain_graph_doubles_leaf_grads():
-    a = leaf([1.0, 2.0])
-    w = leaf([3.0, -1.0])
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_twice_with_retain_graph_doubles_leaf_grads(device):
+    a = leaf([1.0, 2.0], device=device)
+    w = leaf([3.0, -1.0], device=device)
     b = a * w
     c = b.tanh() * 2
     loss = c.sum()
@@ -109,6 +114,7 @@ def test_backward_twice_with_retain_graph_doubles_leaf_grads():
         loss.backward()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("make", [
     lambda a: (a * a).sum(),
     lambda a: (a @ a).exp(),
@@ -117,16 +123,17 @@ def test_backward_twice_with_retain_graph_doubles_leaf_grads():
     lambda a: a.reshape(2, 1).T.sum(),
     lambda a: mt.log_softmax(a, 0).mean(),
 ])
-def test_second_backward_without_retain_graph_raises(make):
-    a = leaf([1.0, 2.0])
+def test_second_backward_without_retain_graph_raises(make, device):
+    a = leaf([1.0, 2.0], device=device)
     loss = make(a)
     loss.backward()
     with pytest.raises(RuntimeError, match="retain_graph"):
         loss.backward()
 
 
-def test_separate_graphs_accumulate_into_grad():
-    a = leaf([1.0, 2.0])
+@pytest.mark.parametrize("device", DEVICES)
+def test_separate_graphs_accumulate_into_grad(device):
+    a = leaf([1.0, 2.0], device=device)
     (a * 3).sum().backward()
     (a * a).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), [5.0, 7.0])
@@ -135,8 +142,9 @@ def test_separate_graphs_accumulate_into_grad():
     np.testing.assert_allclose(a.grad.numpy(), [3.0, 3.0])
 
 
-def test_grad_zero_and_accumulate():
-    a = leaf([1.0, 2.0])
+@pytest.mark.parametrize("device", DEVICES)
+def test_grad_zero_and_accumulate(device):
+    a = leaf([1.0, 2.0], device=device)
     (a * 3).sum().backward()
     a.grad.zero_()
     (a * 2).sum().backward()
@@ -157,17 +165,19 @@ def test_backward_on_something_without_grad_is_an_error():
         mt.tensor([1.0]).sum().backward()
 
 
-def test_backward_from_a_leaf():
-    a = leaf([1.0, 2.0])
-    a.backward(mt.tensor([0.5, 0.25], dtype=mt.float64))
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_from_a_leaf(device):
+    a = leaf([1.0, 2.0], device=device)
+    a.backward(mt.tensor([0.5, 0.25], dtype=mt.float64, device=device))
     np.testing.assert_allclose(a.grad.numpy(), [0.5, 0.25])
 
 
-def test_grad_has_the_leaf_shape_for_broadcast_operands():
-    a = leaf(np.ones((3, 1)))
-    b = leaf(np.ones((4,)))
-    c = leaf(np.array(2.0))
-    d = leaf(np.ones((1, 1, 4)))
+@pytest.mark.parametrize("device", DEVICES)
+def test_grad_has_the_leaf_shape_for_broadcast_operands(device):
+    a = leaf(np.ones((3, 1)), device=device)
+    b = leaf(np.ones((4,)), device=device)
+    c = leaf(np.array(2.0), device=device)
+    d = leaf(np.ones((1, 1, 4)), device=device)
     out = a * b + c - d / a
     assert out.shape == (1, 3, 4)
     out.sum().backward()
@@ -178,17 +188,38 @@ def test_grad_has_the_leaf_shape_for_broadcast_operands():
     np.testing.assert_allclose(d.grad.numpy(), np.full((1, 1, 4), -3.0))
 
 
-def test_unused_and_non_grad_inputs_get_no_grad():
-    a = leaf([1.0])
-    b = leaf([2.0])
-    c = leaf([3.0], requires_grad=False)
+@pytest.mark.parametrize("device", DEVICES)
+def test_unused_and_non_grad_inputs_get_no_grad(device):
+    a = leaf([1.0], device=device)
+    b = leaf([2.0], device=device)
+    c = leaf([3.0], requires_grad=False, device=device)
     (a * c).sum().backward()
     assert b.grad is None and c.grad is None
     np.testing.assert_allclose(a.grad.numpy(), [3.0])
 
 
-def test_detach_stops_the_gradient():
-    a = leaf([1.0, 2.0])
+@pytest.mark.parametrize("device", CUDA_ONLY)
+def test_to_device_carries_the_gradient_back(device):
+    """``x.to(device)`` is differentiable: the gradient returns to x's device."""
+    x = leaf([0.5, -1.0, 2.0])  # on the cpu
+    y = x.to(device)
+    assert y.device == mt.tensor.as_device(device) and y.requires_grad
+    back = (y.tanh() * y).to("cpu")
+    loss = back.sum() + (y * y).sum().to("cpu")
+    loss.backward()
+    a = np.array([0.5, -1.0, 2.0])
+    expected = np.tanh(a) + a * (1 - np.tanh(a) ** 2) + 2 * a
+    assert x.grad.device == x.device
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-5)
+    w = leaf([1.5, -0.5], device=device)  # a leaf on the device, used on the cpu
+    (w.to("cpu") * 3).sum().backward()
+    assert w.grad.device == w.device
+    np.testing.assert_allclose(w.grad.numpy(), [3.0, 3.0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_detach_stops_the_gradient(device):
+    a = leaf([1.0, 2.0], device=device)
     (a * a.detach()).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), [1.0, 2.0])
 
@@ -226,44 +257,48 @@ SAVING_OPS = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", sorted(SAVING_OPS))
 @pytest.mark.parametrize("write", WRITES)
-def test_in_place_write_to_a_saved_tensor_is_reported(op, write):
-    x = leaf([1.0, 2.0])
-    w = leaf([0.5, 1.5])
+def test_in_place_write_to_a_saved_tensor_is_reported(op, write, device):
+    x = leaf([1.0, 2.0], device=device)
+    w = leaf([0.5, 1.5], device=device)
     loss = SAVING_OPS[op](x, w)
     write(w)
     with pytest.raises(RuntimeError, match=rf"{op}.*modified in place"):
         loss.backward()
 
 
-def test_in_place_write_after_backward_is_fine():
-    x = leaf([1.0, 2.0])
-    w = leaf([0.5, 1.5])
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_write_after_backward_is_fine(device):
+    x = leaf([1.0, 2.0], device=device)
+    w = leaf([0.5, 1.5], device=device)
     loss = (x * w).sum()
     loss.backward()
     _write_add(w)
     np.testing.assert_allclose(x.grad.numpy(), [0.5, 1.5])
 
 
-def test_in_place_write_to_an_unrelated_tensor_is_fine():
-    x = leaf([1.0, 2.0])
-    w = leaf([0.5, 1.5])
-    other = leaf([9.0, 9.0])
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_write_to_an_unrelated_tensor_is_fine(device):
+    x = leaf([1.0, 2.0], device=device)
+    w = leaf([0.5, 1.5], device=device)
+    other = leaf([9.0, 9.0], device=device)
     loss = (x * w).sum()
     _write_add(other)
     loss.backward()
     np.testing.assert_allclose(x.grad.numpy(), [0.5, 1.5])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("write", [_write_add, _write_data])
-def test_in_place_write_to_a_saved_intermediate_never_gives_wrong_grads(fused, write):
+def test_in_place_write_to_a_saved_intermediate_never_gives_wrong_grads(fused, write, device):
     """``y = x * 2`` (maybe lazy) is saved by ``y * w``; writing into y afterwards must
     either be reported or leave the gradient of the forward that was computed."""
     with mt.fusion(fused):
-        x = leaf([1.0, 2.0])
-        w = leaf([3.0, 4.0])
+        x = leaf([1.0, 2.0], device=device)
+        w = leaf([3.0, 4.0], device=device)
         y = x * 2
         loss = (y * w).sum()
         value = loss.item()

@@ -14,7 +14,16 @@ from hypothesis import strategies as st
 
 import minitorch_exp as mt
 
-from ._helpers import broadcast_shapes, compare_with_torch, layouts, leaf, seeds, shapes, values
+from ..devices import DEVICES, gradcheck, tolerance
+from ._helpers import (
+    broadcast_shapes,
+    compare_with_torch,
+    layouts,
+    leaf,
+    seeds,
+    shapes,
+    values,
+)
 
 # name -> (minitorch fn, torch fn, domain of each operand)
 UNARY = {
@@ -56,68 +65,76 @@ def _torch():
 
 
 def _gradcheck(fn, *nodes):
-    assert mt.gradcheck(fn, nodes)
+    assert gradcheck(fn, nodes)
 
 
 # ---- unary -------------------------------------------------------------------
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(UNARY))
 @settings(max_examples=20, deadline=None)
 @given(shape=shapes, layout=layouts, seed=seeds)
-def test_unary_gradcheck(name, shape, layout, seed):
+def test_unary_gradcheck(device, name, shape, layout, seed):
     fn, _, domain = UNARY[name]
-    x = leaf(values(np.random.default_rng(seed), shape, domain), layout)
+    x = leaf(values(np.random.default_rng(seed), shape, domain), layout, device=device)
     _gradcheck(fn, x)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(UNARY))
 @settings(max_examples=20, deadline=None)
 @given(shape=shapes, layout=layouts, seed=seeds)
-def test_unary_matches_torch(name, shape, layout, seed):
+def test_unary_matches_torch(device, name, shape, layout, seed):
     pytest.importorskip("torch")
     fn, tfn, domain = UNARY[name]
-    x = leaf(values(np.random.default_rng(seed), shape, domain), layout)
+    x = leaf(values(np.random.default_rng(seed), shape, domain), layout, device=device)
     compare_with_torch(fn, tfn, [x], seed=seed)
 
 
 # ---- binary, with broadcasting -------------------------------------------------
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(BINARY))
 @settings(max_examples=25, deadline=None)
 @given(shp=broadcast_shapes(), la=layouts, lb=layouts, seed=seeds)
-def test_binary_gradcheck(name, shp, la, lb, seed):
+def test_binary_gradcheck(device, name, shp, la, lb, seed):
     fn, _, da, db = BINARY[name]
     rng = np.random.default_rng(seed)
-    a, b = leaf(values(rng, shp[0], da), la), leaf(values(rng, shp[1], db), lb)
+    a = leaf(values(rng, shp[0], da), la, device=device)
+    b = leaf(values(rng, shp[1], db), lb, device=device)
     _gradcheck(fn, a, b)
     assert a.grad.shape == a.shape and b.grad.shape == b.shape
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(BINARY))
 @settings(max_examples=25, deadline=None)
 @given(shp=broadcast_shapes(), la=layouts, lb=layouts, seed=seeds)
-def test_binary_matches_torch(name, shp, la, lb, seed):
+def test_binary_matches_torch(device, name, shp, la, lb, seed):
     pytest.importorskip("torch")
     fn, tfn, da, db = BINARY[name]
     rng = np.random.default_rng(seed)
-    a, b = leaf(values(rng, shp[0], da), la), leaf(values(rng, shp[1], db), lb)
+    a = leaf(values(rng, shp[0], da), la, device=device)
+    b = leaf(values(rng, shp[1], db), lb, device=device)
     compare_with_torch(fn, tfn, [a, b], seed=seed)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(BINARY))
-def test_binary_only_one_side_requires_grad(name):
+def test_binary_only_one_side_requires_grad(device, name):
     fn, _, da, db = BINARY[name]
     rng = np.random.default_rng(1)
-    a = leaf(values(rng, (2, 3), da))
-    b = leaf(values(rng, (3,), db), requires_grad=False)
+    a = leaf(values(rng, (2, 3), da), device=device)
+    b = leaf(values(rng, (3,), db), requires_grad=False, device=device)
     _gradcheck(fn, a, b)
     assert b.grad is None
 
 
-def test_maximum_minimum_share_ties_evenly_like_torch():
+@pytest.mark.parametrize("device", DEVICES)
+def test_maximum_minimum_share_ties_evenly_like_torch(device):
     torch = pytest.importorskip("torch")
-    a = leaf([1.0, 2.0, 3.0, -1.0])
-    b = leaf([1.0, 0.0, 3.0, 5.0])
+    a = leaf([1.0, 2.0, 3.0, -1.0], device=device)
+    b = leaf([1.0, 0.0, 3.0, 5.0], device=device)
     compare_with_torch(mt.maximum, torch.maximum, [a, b])
     np.testing.assert_array_equal(a.grad.numpy() > 0, [True, True, True, False])
     compare_with_torch(mt.minimum, torch.minimum, [a, b])
@@ -125,12 +142,14 @@ def test_maximum_minimum_share_ties_evenly_like_torch():
 
 # ---- where and clip ------------------------------------------------------------
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=25, deadline=None)
 @given(shp=broadcast_shapes(3), la=layouts, lb=layouts, seed=seeds)
-def test_where_gradcheck_and_torch(shp, la, lb, seed):
+def test_where_gradcheck_and_torch(device, shp, la, lb, seed):
     rng = np.random.default_rng(seed)
-    cond = mt.tensor(rng.random(shp[0]) < 0.5)
-    a, b = leaf(values(rng, shp[1]), la), leaf(values(rng, shp[2]), lb)
+    cond = mt.tensor(rng.random(shp[0]) < 0.5, device=device)
+    a = leaf(values(rng, shp[1]), la, device=device)
+    b = leaf(values(rng, shp[2]), lb, device=device)
     _gradcheck(lambda a, b: mt.where(cond, a, b), a, b)
     assert cond.grad is None
     torch = pytest.importorskip("torch")
@@ -139,31 +158,34 @@ def test_where_gradcheck_and_torch(shp, la, lb, seed):
                        lambda a, b: torch.where(tcond, a, b), [a, b], seed=seed)
 
 
-def test_where_condition_built_from_the_inputs():
+@pytest.mark.parametrize("device", DEVICES)
+def test_where_condition_built_from_the_inputs(device):
     torch = pytest.importorskip("torch")
-    x = leaf([-2.0, -0.5, 0.5, 2.0])
+    x = leaf([-2.0, -0.5, 0.5, 2.0], device=device)
     compare_with_torch(lambda x: mt.where(x > 0, x * x, -x),
                        lambda x: torch.where(x > 0, x * x, -x), [x])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=25, deadline=None)
 @given(shape=shapes, layout=layouts, seed=seeds)
-def test_clip_scalar_bounds(shape, layout, seed):
-    x = leaf(values(np.random.default_rng(seed), shape), layout)
+def test_clip_scalar_bounds(device, shape, layout, seed):
+    x = leaf(values(np.random.default_rng(seed), shape), layout, device=device)
     _gradcheck(lambda x: mt.clip(x, -0.5, 0.7), x)
     _gradcheck(lambda x: x.clip(-0.5, 0.7), x)
     torch = pytest.importorskip("torch")
     compare_with_torch(lambda x: mt.clip(x, -0.5, 0.7), lambda x: torch.clamp(x, -0.5, 0.7), [x])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=25, deadline=None)
 @given(shp=broadcast_shapes(3), seed=seeds)
-def test_clip_tensor_bounds_get_gradients(shp, seed):
+def test_clip_tensor_bounds_get_gradients(device, shp, seed):
     """Bounds that require grad receive it where they bind, as in torch.clamp."""
     rng = np.random.default_rng(seed)
-    x = leaf(values(rng, np.broadcast_shapes(*shp)) * 2)  # torch.clamp keeps x's shape
-    lo = leaf(-values(rng, shp[1], "positive"))
-    hi = leaf(values(rng, shp[2], "positive"))
+    x = leaf(values(rng, np.broadcast_shapes(*shp)) * 2, device=device)  # torch.clamp: x's shape
+    lo = leaf(-values(rng, shp[1], "positive"), device=device)
+    hi = leaf(values(rng, shp[2], "positive"), device=device)
     _gradcheck(mt.clip, x, lo, hi)
     torch = pytest.importorskip("torch")
     compare_with_torch(mt.clip, torch.clamp, [x, lo, hi], seed=seed)
@@ -187,12 +209,13 @@ def test_numpy_operands_broadcast_and_are_copied(reverse):
 
 # ---- comparisons: values, but no gradient and no graph ---------------------------
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cmp", ["eq", "ne", "lt", "le", "gt", "ge"])
-def test_comparisons_record_no_graph(cmp):
+def test_comparisons_record_no_graph(device, cmp):
     import operator
     f = getattr(operator, cmp)
-    a = leaf([1.0, 2.0, 3.0])
-    b = leaf([3.0, 2.0, 1.0])
+    a = leaf([1.0, 2.0, 3.0], device=device)
+    b = leaf([3.0, 2.0, 1.0], device=device)
     out = f(a, b)
     np.testing.assert_array_equal(out.numpy(), f(a.numpy(), b.numpy()))
     assert out.dtype == mt.bool_
@@ -202,8 +225,9 @@ def test_comparisons_record_no_graph(cmp):
     np.testing.assert_array_equal(scalar.numpy(), f(a.numpy(), 2.0))
 
 
-def test_sign_has_zero_gradient():
-    x = leaf([-2.0, 0.5, 3.0])
+@pytest.mark.parametrize("device", DEVICES)
+def test_sign_has_zero_gradient(device):
+    x = leaf([-2.0, 0.5, 3.0], device=device)
     (mt.sign(x) * x).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [-1.0, 1.0, 1.0])
 
@@ -230,11 +254,13 @@ def user_ops():
         mt.unregister_op(name)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=20, deadline=None)
 @given(shp=broadcast_shapes(), la=layouts, lb=layouts, seed=seeds)
-def test_user_op_gradcheck_and_torch(user_ops, shp, la, lb, seed):
+def test_user_op_gradcheck_and_torch(user_ops, device, shp, la, lb, seed):
     rng = np.random.default_rng(seed)
-    a, b = leaf(values(rng, shp[0]), la), leaf(values(rng, shp[1]), lb)
+    a = leaf(values(rng, shp[0]), la, device=device)
+    b = leaf(values(rng, shp[1]), lb, device=device)
     _gradcheck(lambda a: mt.op("cube_u", a), a)
     _gradcheck(lambda a, b: mt.op("hypot_u", a, b), a, b)
     _gradcheck(lambda a, b: mt.op("cube_u", a * b).tanh() + a, a, b)  # fused with built-ins
@@ -243,8 +269,9 @@ def test_user_op_gradcheck_and_torch(user_ops, shp, la, lb, seed):
                        lambda a, b: torch.hypot(a, b) * a ** 3, [a, b], seed=seed)
 
 
-def test_user_op_without_derivative_fails_at_backward(user_ops):
-    x = leaf([1.0, 2.0])
+@pytest.mark.parametrize("device", DEVICES)
+def test_user_op_without_derivative_fails_at_backward(user_ops, device):
+    x = leaf([1.0, 2.0], device=device)
     y = mt.op("noderiv_u", x)
     np.testing.assert_allclose(y.numpy(), [2.0, 4.0])
     with pytest.raises(RuntimeError, match="noderiv_u.*derivative"):
@@ -266,25 +293,29 @@ def test_user_op_is_gone_after_unregister():
 
 # ---- dtypes ------------------------------------------------------------------------
 
-def test_float32_gradients_stay_float32():
-    x = mt.tensor([1.0, 2.0], requires_grad=True)
+@pytest.mark.parametrize("device", DEVICES)
+def test_float32_gradients_stay_float32(device):
+    x = mt.tensor([1.0, 2.0], requires_grad=True, device=device)
     (x * 3).sum().backward()
-    assert x.grad.dtype == mt.float32
+    assert x.grad.dtype == mt.float32 and x.grad.device == x.device
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 100))
-def test_float32_close_to_torch(seed):
+def test_float32_close_to_torch(device, seed):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(seed)
-    a = mt.tensor(values(rng, (3, 4)), dtype=mt.float32, requires_grad=True)
-    b = mt.tensor(values(rng, (4,)), dtype=mt.float32, requires_grad=True)
+    a = mt.tensor(values(rng, (3, 4)), dtype=mt.float32, requires_grad=True, device=device)
+    b = mt.tensor(values(rng, (4,)), dtype=mt.float32, requires_grad=True, device=device)
     ta = torch.tensor(a.numpy(), requires_grad=True)
     tb = torch.tensor(b.numpy(), requires_grad=True)
     out = ((a * b).tanh() + b.sigmoid() / a).sum()
     ref = ((ta * tb).tanh() + tb.sigmoid() / ta).sum()
     out.backward()
     ref.backward()
-    np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-5)
-    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=1e-4, atol=1e-5)
+    value_rtol, _ = tolerance(device, 1e-5, 0.0)
+    rtol, atol = tolerance(device, 1e-4, 1e-5)
+    np.testing.assert_allclose(out.item(), ref.item(), rtol=value_rtol)
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=rtol, atol=atol)

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 import minitorch_exp as mt
 
-from ._helpers import compare_with_torch, layouts, leaf, nonempty_shapes, seeds, values
+from ..devices import DEVICES, gradcheck
+from ._helpers import (
+    compare_with_torch,
+    layouts,
+    leaf,
+    nonempty_shapes,
+    seeds,
+    values,
+)
 
 # ---- matmul ------------------------------------------------------------------------
 
@@ -29,32 +37,35 @@ MATMUL_SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("sa,sb", MATMUL_SHAPES)
 @settings(max_examples=8, deadline=None)
 @given(la=layouts, lb=layouts, seed=seeds)
-def test_matmul_gradcheck(sa, sb, la, lb, seed):
+def test_matmul_gradcheck(device, sa, sb, la, lb, seed):
     rng = np.random.default_rng(seed)
-    a, b = leaf(values(rng, sa), la), leaf(values(rng, sb), lb)
-    assert mt.gradcheck(lambda a, b: a @ b, [a, b])
+    a, b = leaf(values(rng, sa), la, device=device), leaf(values(rng, sb), lb, device=device)
+    assert gradcheck(lambda a, b: a @ b, [a, b])
     assert a.grad.shape == sa and b.grad.shape == sb
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("sa,sb", MATMUL_SHAPES)
 @settings(max_examples=8, deadline=None)
 @given(la=layouts, lb=layouts, seed=seeds)
-def test_matmul_matches_torch(sa, sb, la, lb, seed):
+def test_matmul_matches_torch(device, sa, sb, la, lb, seed):
     pytest.importorskip("torch")
     rng = np.random.default_rng(seed)
-    a, b = leaf(values(rng, sa), la), leaf(values(rng, sb), lb)
+    a, b = leaf(values(rng, sa), la, device=device), leaf(values(rng, sb), lb, device=device)
     compare_with_torch(lambda a, b: a @ b, lambda a, b: a @ b, [a, b], seed=seed)
     compare_with_torch(mt.matmul, lambda a, b: a @ b, [a, b], seed=seed + 1)
 
 
-def test_matmul_of_lazy_operands_and_one_side_grad():
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul_of_lazy_operands_and_one_side_grad(device):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
-    a = leaf(values(rng, (3, 4)))
-    b = leaf(values(rng, (4, 2)), requires_grad=False)
+    a = leaf(values(rng, (3, 4)), device=device)
+    b = leaf(values(rng, (4, 2)), requires_grad=False, device=device)
     compare_with_torch(lambda a: ((a * 2).tanh() @ (b + 1)).sigmoid(),
                        lambda a: ((a * 2).tanh() @ (torch.tensor(b.numpy()) + 1)).sigmoid(), [a])
     assert b.grad is None
@@ -82,12 +93,13 @@ BASIC_KEYS = [
 ]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("key", BASIC_KEYS, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
-def test_basic_indexing(key, layout):
+def test_basic_indexing(device, key, layout):
     arr = values(np.random.default_rng(0), (3, 4))
-    x = leaf(arr, layout)
-    assert mt.gradcheck(lambda x: x[key] * 1.5, [x])
+    x = leaf(arr, layout, device=device)
+    assert gradcheck(lambda x: x[key] * 1.5, [x])
     np.testing.assert_array_equal(x[key].numpy(), arr[key])
     pytest.importorskip("torch")
     if any(isinstance(k, slice) and k.step is not None and k.step < 0 for k in key):
@@ -95,27 +107,30 @@ def test_basic_indexing(key, layout):
     compare_with_torch(lambda x: x[key], lambda x: x[key], [x])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=25, deadline=None)
 @given(shape=nonempty_shapes, layout=layouts, seed=seeds, n=st.integers(1, 6))
-def test_integer_array_gather_with_repeats(shape, layout, seed, n):
+def test_integer_array_gather_with_repeats(device, shape, layout, seed, n):
     rng = np.random.default_rng(seed)
     arr = values(rng, shape)
-    x = leaf(arr, layout)
+    x = leaf(arr, layout, device=device)
     idx = rng.integers(-shape[0], shape[0], n)  # repeats and negatives: scatter-add
-    assert mt.gradcheck(lambda x: x[idx], [x])
+    assert gradcheck(lambda x: x[idx], [x])
     np.testing.assert_array_equal(x[idx].numpy(), arr[idx])
     torch = pytest.importorskip("torch")
     compare_with_torch(lambda x: x[idx] * 2, lambda x: x[torch.tensor(idx)] * 2, [x], seed=seed)
     # a Node (or list) as the index
-    compare_with_torch(lambda x: x[mt.tensor(idx)], lambda x: x[torch.tensor(idx)], [x])
+    compare_with_torch(lambda x: x[mt.tensor(idx, device=device)],
+                       lambda x: x[torch.tensor(idx)], [x])
     compare_with_torch(lambda x: x[list(idx)], lambda x: x[torch.tensor(idx)], [x])
 
 
-def test_two_array_gather():
+@pytest.mark.parametrize("device", DEVICES)
+def test_two_array_gather(device):
     torch = pytest.importorskip("torch")
-    x = leaf(values(np.random.default_rng(3), (3, 4)))
+    x = leaf(values(np.random.default_rng(3), (3, 4)), device=device)
     rows, cols = np.array([0, 2, 2, 1]), np.array([3, 0, 0, 1])
-    assert mt.gradcheck(lambda x: x[rows, cols], [x])
+    assert gradcheck(lambda x: x[rows, cols], [x])
     compare_with_torch(lambda x: x[rows, cols],
                        lambda x: x[torch.tensor(rows), torch.tensor(cols)], [x])
     # cross-entropy style pick: log_softmax rows at the labels
@@ -124,9 +139,10 @@ def test_two_array_gather():
                            cols[:3])].mean(), [x])
 
 
-def test_indexing_a_lazy_value():
+@pytest.mark.parametrize("device", DEVICES)
+def test_indexing_a_lazy_value(device):
     pytest.importorskip("torch")
-    x = leaf(values(np.random.default_rng(1), (3, 4)))
+    x = leaf(values(np.random.default_rng(1), (3, 4)), device=device)
     compare_with_torch(lambda x: (x * 3 + 1)[1:, ::2].tanh(),
                        lambda x: (x * 3 + 1)[1:, ::2].tanh(), [x])
 
@@ -161,21 +177,23 @@ VIEWS = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(VIEWS))
 @settings(max_examples=20, deadline=None)
 @given(shape=st.lists(st.integers(1, 3), min_size=2, max_size=3).map(tuple), layout=layouts,
        seed=seeds, lazy=st.booleans())
-def test_view_gradcheck_and_torch(name, shape, layout, seed, lazy):
+def test_view_gradcheck_and_torch(device, name, shape, layout, seed, lazy):
     fn, tfn = VIEWS[name]
-    x = leaf(values(np.random.default_rng(seed), shape), layout)
+    x = leaf(values(np.random.default_rng(seed), shape), layout, device=device)
     pre = (lambda x: x * 2 - 1) if lazy else (lambda x: x)  # the view of a leaf or of a lazy map
-    assert mt.gradcheck(lambda x: fn(pre(x)) * 1.5, [x])
+    assert gradcheck(lambda x: fn(pre(x)) * 1.5, [x])
     pytest.importorskip("torch")
     compare_with_torch(lambda x: fn(pre(x)).exp(), lambda x: tfn(pre(x)).exp(), [x], seed=seed)
 
 
-def test_view_of_contiguous_and_error_for_impossible_view():
-    x = leaf(np.arange(6.0).reshape(2, 3))
+@pytest.mark.parametrize("device", DEVICES)
+def test_view_of_contiguous_and_error_for_impossible_view(device):
+    x = leaf(np.arange(6.0).reshape(2, 3), device=device)
     v = x.view(3, 2)
     np.testing.assert_array_equal(v.numpy(), np.arange(6.0).reshape(3, 2))
     v.sum().backward()
@@ -185,8 +203,9 @@ def test_view_of_contiguous_and_error_for_impossible_view():
     np.testing.assert_array_equal(x.T.reshape(6).numpy(), np.arange(6.0).reshape(2, 3).T.ravel())
 
 
-def test_leaf_views_share_memory_with_the_leaf():
-    base = mt.tensor([[1.0, 2.0], [3.0, 4.0]])
+@pytest.mark.parametrize("device", DEVICES)
+def test_leaf_views_share_memory_with_the_leaf(device):
+    base = mt.tensor([[1.0, 2.0], [3.0, 4.0]], device=device)
     t = base.T
     with mt.no_grad():
         base += 1
@@ -195,41 +214,44 @@ def test_leaf_views_share_memory_with_the_leaf():
 
 # ---- cat and stack -------------------------------------------------------------------
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=25, deadline=None)
 @given(shape=nonempty_shapes, layout=layouts, seed=seeds, n=st.integers(1, 3), data=st.data())
-def test_cat_gradcheck_and_torch(shape, layout, seed, n, data):
+def test_cat_gradcheck_and_torch(device, shape, layout, seed, n, data):
     rng = np.random.default_rng(seed)
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
     nodes = []
     for _ in range(n):
         s = list(shape)
         s[axis] = data.draw(st.integers(1, 3))
-        nodes.append(leaf(values(rng, tuple(s)), layout))
-    assert mt.gradcheck(lambda *xs: mt.cat(xs, axis), nodes)
-    assert mt.gradcheck(lambda *xs: mt.cat([x * 2 for x in xs], axis=axis).tanh(), nodes)
+        nodes.append(leaf(values(rng, tuple(s)), layout, device=device))
+    assert gradcheck(lambda *xs: mt.cat(xs, axis), nodes)
+    assert gradcheck(lambda *xs: mt.cat([x * 2 for x in xs], axis=axis).tanh(), nodes)
     torch = pytest.importorskip("torch")
     compare_with_torch(lambda *xs: mt.cat(list(xs), axis), lambda *xs: torch.cat(xs, axis),
                        nodes, seed=seed)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=25, deadline=None)
 @given(shape=nonempty_shapes, layout=layouts, seed=seeds, n=st.integers(1, 3), data=st.data())
-def test_stack_gradcheck_and_torch(shape, layout, seed, n, data):
+def test_stack_gradcheck_and_torch(device, shape, layout, seed, n, data):
     rng = np.random.default_rng(seed)
     axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
-    nodes = [leaf(values(rng, shape), layout) for _ in range(n)]
-    assert mt.gradcheck(lambda *xs: mt.stack(xs, axis), nodes)
+    nodes = [leaf(values(rng, shape), layout, device=device) for _ in range(n)]
+    assert gradcheck(lambda *xs: mt.stack(xs, axis), nodes)
     torch = pytest.importorskip("torch")
     compare_with_torch(lambda *xs: mt.stack([x.exp() for x in xs], axis),
                        lambda *xs: torch.stack([x.exp() for x in xs], axis), nodes, seed=seed)
 
 
-def test_cat_mixed_requires_grad():
-    a = leaf([1.0, 2.0])
-    b = leaf([3.0], requires_grad=False)
+@pytest.mark.parametrize("device", DEVICES)
+def test_cat_mixed_requires_grad(device):
+    a = leaf([1.0, 2.0], device=device)
+    b = leaf([3.0], requires_grad=False, device=device)
     out = mt.cat([a, b])
     assert out.requires_grad
-    (out * mt.tensor([1.0, 2.0, 3.0], dtype=mt.float64)).sum().backward()
+    (out * mt.tensor([1.0, 2.0, 3.0], dtype=mt.float64, device=device)).sum().backward()
     np.testing.assert_array_equal(a.grad.numpy(), [1.0, 2.0])
     assert b.grad is None
 

@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 
 import minitorch_exp as mt
 
-from ._helpers import compare_with_torch, layouts, leaf, nonempty_shapes, seeds, values
+from ..devices import DEVICES, gradcheck, tolerance
+from ._helpers import (
+    compare_with_torch,
+    layouts,
+    leaf,
+    nonempty_shapes,
+    seeds,
+    values,
+)
 
 
 @st.composite
@@ -44,52 +52,60 @@ REDUCTIONS = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
 @settings(max_examples=25, deadline=None)
 @given(sa=shape_and_axis(), keepdims=st.booleans(), layout=layouts, seed=seeds)
-def test_reduction_gradcheck(name, sa, keepdims, layout, seed):
+def test_reduction_gradcheck(device, name, sa, keepdims, layout, seed):
     shape, axis = sa
     fn = REDUCTIONS[name][0]
-    x = leaf(values(np.random.default_rng(seed), shape), layout)  # distinct values: no ties
-    assert mt.gradcheck(lambda x: fn(x, axis, keepdims), [x])
+    # distinct values: no ties
+    x = leaf(values(np.random.default_rng(seed), shape), layout, device=device)
+    assert gradcheck(lambda x: fn(x, axis, keepdims), [x])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
 @settings(max_examples=25, deadline=None)
 @given(sa=shape_and_axis(), keepdims=st.booleans(), layout=layouts, seed=seeds)
-def test_reduction_matches_torch(name, sa, keepdims, layout, seed):
+def test_reduction_matches_torch(device, name, sa, keepdims, layout, seed):
     pytest.importorskip("torch")
     shape, axis = sa
     fn, tfn = REDUCTIONS[name]
-    x = leaf(values(np.random.default_rng(seed), shape), layout)
+    x = leaf(values(np.random.default_rng(seed), shape), layout, device=device)
     compare_with_torch(lambda x: fn(x, axis, keepdims),
                        lambda x: tfn(x, _torch_dim(axis, len(shape)), keepdims), [x], seed=seed)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["max", "min"])
 @settings(max_examples=25, deadline=None)
 @given(sa=shape_and_axis(), keepdims=st.booleans(), seed=seeds)
-def test_max_min_share_ties_evenly_like_torch_amax(name, sa, keepdims, seed):
+def test_max_min_share_ties_evenly_like_torch_amax(device, name, sa, keepdims, seed):
     pytest.importorskip("torch")
     shape, axis = sa
     fn, tfn = REDUCTIONS[name]
-    x = leaf(np.random.default_rng(seed).integers(0, 3, shape).astype(np.float64))  # many ties
+    ties = np.random.default_rng(seed).integers(0, 3, shape).astype(np.float64)  # many ties
+    x = leaf(ties, device=device)
     compare_with_torch(lambda x: fn(x, axis, keepdims),
                        lambda x: tfn(x, _torch_dim(axis, len(shape)), keepdims), [x], seed=seed)
 
 
-def test_max_tie_gradient_is_split():
-    x = leaf([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
+@pytest.mark.parametrize("device", DEVICES)
+def test_max_tie_gradient_is_split(device):
+    x = leaf([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], device=device)
     x.max(1).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [[0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]])
+    rtol, _ = tolerance(device, 1e-7, 0.0)
+    np.testing.assert_allclose(x.grad.numpy(), [[0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]], rtol=rtol)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=25, deadline=None)
 @given(sa=shape_and_axis(allow_tuple=False), keepdims=st.booleans(), layout=layouts, seed=seeds)
-def test_argmax_is_not_differentiable(sa, keepdims, layout, seed):
+def test_argmax_is_not_differentiable(device, sa, keepdims, layout, seed):
     shape, axis = sa
     arr = values(np.random.default_rng(seed), shape)
-    x = leaf(arr, layout)
+    x = leaf(arr, layout, device=device)
     out = mt.argmax(x, axis, keepdims)
     assert not out.requires_grad and out.grad_fn is None and out.is_leaf
     np.testing.assert_array_equal(out.numpy(), np.argmax(arr, axis, keepdims=keepdims))
@@ -112,29 +128,32 @@ SOFTMAXES = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(SOFTMAXES))
 @settings(max_examples=25, deadline=None)
 @given(sa=shape_and_axis(allow_none=False, allow_tuple=False), layout=layouts, seed=seeds)
-def test_softmax_gradcheck_and_torch(name, sa, layout, seed):
+def test_softmax_gradcheck_and_torch(device, name, sa, layout, seed):
     shape, axis = sa
     fn, tfn = SOFTMAXES[name]
-    x = leaf(values(np.random.default_rng(seed), shape) * 3, layout)
-    assert mt.gradcheck(lambda x: fn(x, axis), [x])
+    x = leaf(values(np.random.default_rng(seed), shape) * 3, layout, device=device)
+    assert gradcheck(lambda x: fn(x, axis), [x])
     pytest.importorskip("torch")
     compare_with_torch(lambda x: fn(x, axis), lambda x: tfn(x, axis), [x], seed=seed)
 
 
-def test_softmax_is_stable_for_large_inputs():
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_is_stable_for_large_inputs(device):
     torch = pytest.importorskip("torch")
-    x = leaf([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]])
+    x = leaf([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]], device=device)
     for fn, tfn in [(mt.softmax, torch.softmax), (mt.log_softmax, torch.log_softmax)]:
         compare_with_torch(lambda x, fn=fn: fn(x, 1), lambda x, tfn=tfn: tfn(x, 1), [x])
         assert np.all(np.isfinite(x.grad.numpy()))
     compare_with_torch(lambda x: mt.logsumexp(x, 1), lambda x: torch.logsumexp(x, 1), [x])
 
 
-def test_softmax_rows_sum_to_one():
-    x = mt.randn(4, 5, dtype=mt.float64, requires_grad=True)
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_rows_sum_to_one(device):
+    x = mt.randn(4, 5, dtype=mt.float64, requires_grad=True, device=device)
     s = mt.softmax(x, axis=1)
     np.testing.assert_allclose(s.sum(1).numpy(), np.ones(4))
     # d(sum softmax)/dx == 0
@@ -142,21 +161,23 @@ def test_softmax_rows_sum_to_one():
     np.testing.assert_allclose(x.grad.numpy(), 0, atol=1e-12)
 
 
-def test_full_mean_is_a_scalar():
-    x = leaf(np.arange(6.0).reshape(2, 3))
+@pytest.mark.parametrize("device", DEVICES)
+def test_full_mean_is_a_scalar(device):
+    x = leaf(np.arange(6.0).reshape(2, 3), device=device)
     m = x.mean()
     assert m.shape == () and m.item() == 2.5
     m.backward()
     np.testing.assert_allclose(x.grad.numpy(), np.full((2, 3), 1 / 6))
 
 
-def test_logsumexp_and_log_softmax_with_minus_inf_entries_match_torch():
+@pytest.mark.parametrize("device", DEVICES)
+def test_logsumexp_and_log_softmax_with_minus_inf_entries_match_torch(device):
     """Masked entries (-inf) get zero gradient; a fully masked row's logsumexp is -inf."""
     torch = pytest.importorskip("torch")
-    x = leaf([[-np.inf, 0.0, 1.0], [2.0, -np.inf, -np.inf]])
+    x = leaf([[-np.inf, 0.0, 1.0], [2.0, -np.inf, -np.inf]], device=device)
     compare_with_torch(lambda x: mt.logsumexp(x, 1), lambda x: torch.logsumexp(x, 1), [x])
     compare_with_torch(lambda x: mt.softmax(x, 1), lambda x: torch.softmax(x, 1), [x])
-    masked = leaf([[-np.inf, -np.inf], [0.5, 1.0]])
+    masked = leaf([[-np.inf, -np.inf], [0.5, 1.0]], device=device)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = mt.logsumexp(masked, 1).numpy()
     np.testing.assert_array_equal(out[0], -np.inf)

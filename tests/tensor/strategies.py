@@ -14,7 +14,7 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
-from minitorch_exp.tensor import cpu_numpy
+from minitorch_exp.tensor import as_device, cpu_numpy
 from minitorch_exp.tensor import exp as mt_exp
 from minitorch_exp.tensor import log as mt_log
 from minitorch_exp.tensor import maximum as mt_maximum
@@ -24,7 +24,8 @@ from minitorch_exp.tensor import sigmoid as mt_sigmoid
 from minitorch_exp.tensor import sqrt as mt_sqrt
 from minitorch_exp.tensor import tanh as mt_tanh
 from minitorch_exp.tensor import where as mt_where
-from minitorch_exp.tensor.tensor import from_numpy
+
+from ..devices import on_device, tolerance
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 INTS = (np.dtype(np.int32), np.dtype(np.int64))
@@ -106,14 +107,23 @@ def arrays(draw, shape, dtype, lo=-3.0, hi=3.0, strided=None):
 
 
 @st.composite
-def tensor_pairs(draw, shape=None, dtype=None, lo=-3.0, hi=3.0, strided=None):
-    """(Tensor, ndarray) sharing memory; the Tensor may be non-contiguous."""
+def tensor_pairs(draw, shape=None, dtype=None, lo=-3.0, hi=3.0, strided=None, device="cpu"):
+    """(Tensor, ndarray) with equal values and layouts; the Tensor may be non-contiguous.
+
+    On cpu the two share memory; on another device the Tensor holds a copy.
+    """
     if shape is None:
         shape = draw(shapes())
     if dtype is None:
         dtype = draw(st.sampled_from(NUMERIC))
     arr = draw(arrays(shape, dtype, lo, hi, strided))
-    return from_numpy(arr), arr
+    return on_device(arr, device), arr
+
+
+def pair_on(pair, device):
+    """A ``tensor_pairs`` pair with its Tensor on ``device`` (the pair itself on cpu)."""
+    arr = pair[1]
+    return pair if as_device(device).type == "cpu" else (on_device(arr, device), arr)
 
 
 # ---- comparing with NumPy -------------------------------------------------------
@@ -128,13 +138,15 @@ def tolerances(dtype):
     return 0, 0
 
 
-def assert_matches(actual, expected, *, check_dtype=True, scale=1.0, rtol=None, f32=False):
-    """``actual`` (Tensor, Exp or array) equals the NumPy result ``expected``.
+def assert_matches(actual, expected, *, check_dtype=True, scale=1.0, rtol=None, f32=False,
+                   device=None):
+    """``actual`` (Tensor, Exp or array, on any device) equals the NumPy result ``expected``.
 
     Shapes and (by default) dtypes must agree; integers and bools exactly,
     floats to a dtype-sized tolerance (``scale`` widens the absolute part for
     results built from large intermediates; ``f32`` compares at float32
-    precision, for results computed through float32 intermediates).
+    precision, for results computed through float32 intermediates; a cuda
+    ``device`` compares floats at float32-level tolerance, see tests/devices.py).
     """
     exp = np.asarray(expected)
     act = np.asarray(actual)
@@ -147,8 +159,8 @@ def assert_matches(actual, expected, *, check_dtype=True, scale=1.0, rtol=None, 
         r, a = tolerances(act.dtype if act.dtype.kind == "f" else exp.dtype)
         if exp.dtype == np.float32 or act.dtype == np.float32 or f32:
             r, a = tolerances(np.float32)
-        np.testing.assert_allclose(act, exp, rtol=rtol if rtol is not None else r,
-                                   atol=a * max(1.0, scale), equal_nan=True)
+        r, a = tolerance(device, rtol if rtol is not None else r, a)
+        np.testing.assert_allclose(act, exp, rtol=r, atol=a * max(1.0, scale), equal_nan=True)
 
 
 @contextlib.contextmanager
@@ -323,15 +335,17 @@ class Tree:
 
 
 class TreeInputs:
-    """The leaves of one tree: NumPy arrays and the Tensors sharing their memory."""
+    """The leaves of one tree: NumPy arrays and the Tensors (on ``device``) with their
+    values and layouts -- on cpu sharing their memory."""
 
-    def __init__(self):
+    def __init__(self, device="cpu"):
+        self.device = device
         self.arrays: list[np.ndarray] = []
         self.tensors: list = []
 
     def add(self, arr) -> int:
         self.arrays.append(arr)
-        self.tensors.append(from_numpy(arr))
+        self.tensors.append(on_device(arr, self.device))
         return len(self.arrays) - 1
 
     def build(self, tree: Tree):
@@ -611,16 +625,29 @@ def _view(r, shape, sub) -> Tree:
                 f"expand{spec}")
 
 
+def case_on(case, device):
+    """An ``expr_cases`` case with its expression rebuilt over copies of its leaves on
+    ``device`` (the case itself on cpu), so one drawn tree runs on every device."""
+    if as_device(device).type == "cpu":
+        return case
+    _, ref, tree, inputs = case
+    moved = TreeInputs(device)
+    for arr in inputs.arrays:
+        moved.add(arr)
+    return tree.build(MT, moved.tensors), ref, tree, moved
+
+
 @st.composite
 def expr_cases(draw, max_depth: int = 5, shape=None, dtypes=NUMERIC, views: bool = True,
-               max_side: int = 3):
-    """(expression, NumPy value, tree, inputs) for a random tree over random leaves."""
+               max_side: int = 3, device="cpu"):
+    """(expression, NumPy value, tree, inputs) for a random tree over random leaves,
+    the expression's leaves on ``device``."""
     if shape is None:
         # Mostly non-empty: a size-0 dim anywhere makes the whole tree empty.
         side = st.sampled_from(list(range(1, max_side + 1)) * 3 + [0])
         shape = tuple(draw(st.lists(side, max_size=4)))
     r = Rand(draw(st.integers(0, 2**32 - 1)))
-    inputs = TreeInputs()
+    inputs = TreeInputs(device)
     tree = gen_tree(r, inputs, shape, r.integer(1, max_depth), dtypes, views)
     e, ref = inputs.build(tree)
     return e, ref, tree, inputs

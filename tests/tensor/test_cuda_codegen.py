@@ -22,6 +22,8 @@ from minitorch_exp.tensor.expr import as_exp
 from minitorch_exp.tensor.ops import OPS
 from minitorch_exp.tensor.plan import make_plan
 
+from ..devices import requires_gpu
+
 DTYPES = ("float32", "float64", "int32", "int64", "bool")
 SAVERS = ("=", "+=", "-=", "*=", "/=")
 
@@ -131,31 +133,13 @@ def test_every_generated_kernel_compiles_with_nvcc(all_sources, tmp_path):
 
 # ---- on a GPU ----------------------------------------------------------------
 
-def _gpu_reason() -> str | None:
-    """Why the GPU tests cannot run here, or None when they can."""
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() == 0:
-            return "no CUDA device"
-    except Exception as err:  # no driver, or a driver too old for this CuPy
-        return f"no usable CUDA device ({type(err).__name__}: {err})"
-    return None
-
-
-_NO_GPU = _gpu_reason()
-gpu = pytest.mark.skipif(_NO_GPU is not None, reason=f"needs a GPU: {_NO_GPU}")
-
-
 def on_both(build):
     """``build(device)`` on cpu and on cuda, each as a NumPy array."""
     return build("cpu"), build("cuda")
 
 
 @pytest.mark.cuda
-@gpu
+@requires_gpu
 @pytest.mark.parametrize("saver", SAVERS)
 def test_gpu_elementwise_matches_cpu(saver):
     rng = np.random.default_rng(0)
@@ -173,7 +157,7 @@ def test_gpu_elementwise_matches_cpu(saver):
 
 
 @pytest.mark.cuda
-@gpu
+@requires_gpu
 @pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "argmax"])
 @pytest.mark.parametrize("axis", [None, 0, 1, (0, 2)])
 def test_gpu_reduce_matches_cpu(op, axis):
@@ -189,7 +173,7 @@ def test_gpu_reduce_matches_cpu(op, axis):
 
 
 @pytest.mark.cuda
-@gpu
+@requires_gpu
 @pytest.mark.parametrize("saver", ["=", "+=", "-="])
 def test_gpu_dot_matches_cpu(saver):
     rng = np.random.default_rng(2)

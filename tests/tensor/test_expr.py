@@ -25,51 +25,58 @@ from minitorch_exp.tensor import (
     where,
 )
 
+from ..devices import DEVICES, on_device
 from .strategies import (
     ALL_DTYPES,
     assert_matches,
     block_size,
+    case_on,
     expr_cases,
+    pair_on,
     tensor_pairs,
 )
 
 # ---- random trees ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=250, deadline=None)
 @given(case=expr_cases(), block=st.sampled_from([None, None, 1, 5]))
-def test_random_tree_matches_numpy(case, block):
-    e, ref, tree, _ = case
+def test_random_tree_matches_numpy(device, case, block):
+    e, ref, tree, _ = case_on(case, device)
     assert e.shape == np.shape(ref), tree
     assert e.dtype == np.asarray(ref).dtype, tree
     with block_size(block):
         out = e.eval()
     assert isinstance(out, Tensor)
-    assert_matches(out, ref, scale=tree.scale, f32=tree.f32)
+    assert out.device == e.device
+    assert_matches(out, ref, scale=tree.scale, f32=tree.f32, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=60, deadline=None)
 @given(case=expr_cases(max_depth=3), data=st.data())
-def test_tree_evaluated_into_strided_destination(case, data):
+def test_tree_evaluated_into_strided_destination(device, case, data):
     """The same tree written into a reversed, gapped view of a bigger buffer."""
-    e, ref, tree, _ = case
+    e, ref, tree, _ = case_on(case, device)
     ref = np.asarray(ref)
     big = np.zeros(tuple(2 * n + 1 for n in ref.shape), ref.dtype)
     idx = tuple(slice(2 * n, 0, -2) for n in ref.shape)
     expected = big.copy()
     expected[idx] = ref
-    t = from_numpy(big)
+    t = on_device(big, device)
     block = data.draw(st.sampled_from([None, 2]))
     with block_size(block):
         t[idx] = e
-    assert_matches(t, expected, scale=tree.scale, f32=tree.f32)
+    assert_matches(t, expected, scale=tree.scale, f32=tree.f32, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=40, deadline=None)
 @given(case=expr_cases(max_depth=4, dtypes=(np.dtype(np.float64),)))
-def test_float64_trees_are_tight(case):
-    e, ref, tree, _ = case
-    assert_matches(e.eval(), ref, scale=tree.scale, f32=tree.f32)
+def test_float64_trees_are_tight(device, case):
+    e, ref, tree, _ = case_on(case, device)
+    assert_matches(e.eval(), ref, scale=tree.scale, f32=tree.f32, device=device)
 
 
 # ---- every built-in op, one at a time ------------------------------------------------
@@ -89,12 +96,13 @@ UNARY_FNS = [
 ]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,fn,ref", UNARY_FNS, ids=[u[0] for u in UNARY_FNS])
 @settings(max_examples=15, deadline=None)
 @given(pair=tensor_pairs())
-def test_unary_op_matches_numpy(name, fn, ref, pair):
-    t, a = pair
-    assert_matches(fn(t), ref(a))
+def test_unary_op_matches_numpy(device, name, fn, ref, pair):
+    t, a = pair_on(pair, device)
+    assert_matches(fn(t), ref(a), device=device)
 
 
 BINARY_FNS = [
@@ -112,70 +120,81 @@ BINARY_FNS = [
 ]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,fn", BINARY_FNS, ids=[b[0] for b in BINARY_FNS])
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
-def test_binary_op_broadcasts_like_numpy(name, fn, data):
+def test_binary_op_broadcasts_like_numpy(device, name, fn, data):
     shape = data.draw(st.lists(st.integers(0, 3), max_size=3).map(tuple))
-    t1, a1 = data.draw(tensor_pairs(shape=shape))
+    t1, a1 = data.draw(tensor_pairs(shape=shape, device=device))
     lead = data.draw(st.integers(0, len(shape)))
     other = tuple(1 if data.draw(st.booleans()) else n for n in shape[lead:])
-    t2, a2 = data.draw(tensor_pairs(shape=other))
+    t2, a2 = data.draw(tensor_pairs(shape=other, device=device))
     if fn is None:
         mt_fn = {"maximum": maximum, "minimum": minimum}[name]
         np_fn = {"maximum": np.maximum, "minimum": np.minimum}[name]
     else:
         mt_fn = np_fn = fn
-    assert_matches(mt_fn(t1, t2), np_fn(a1, a2))
-    assert_matches(mt_fn(t2, t1), np_fn(a2, a1))
+    assert_matches(mt_fn(t1, t2), np_fn(a1, a2), device=device)
+    assert_matches(mt_fn(t2, t1), np_fn(a2, a1), device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
-def test_division_and_power_match_numpy(data):
-    t1, a1 = data.draw(tensor_pairs())
-    t2, a2 = data.draw(tensor_pairs(shape=a1.shape, lo=0.5, hi=2.0))
-    assert_matches(t1 / t2, a1 / a2)
-    assert_matches((abs(t1) + 0.5) ** (t2 - 1), (np.abs(a1) + 0.5) ** (a2 - 1))
-    assert_matches(t1 ** 2, a1 ** 2)
-    assert_matches(2.0 ** t2, 2.0 ** a2)
-    assert_matches(1 / t2, 1 / a2)
+def test_division_and_power_match_numpy(device, data):
+    t1, a1 = data.draw(tensor_pairs(device=device))
+    t2, a2 = data.draw(tensor_pairs(shape=a1.shape, lo=0.5, hi=2.0, device=device))
+    assert_matches(t1 / t2, a1 / a2, device=device)
+    assert_matches((abs(t1) + 0.5) ** (t2 - 1), (np.abs(a1) + 0.5) ** (a2 - 1), device=device)
+    assert_matches(t1 ** 2, a1 ** 2, device=device)
+    assert_matches(2.0 ** t2, 2.0 ** a2, device=device)
+    assert_matches(1 / t2, 1 / a2, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
-def test_where_clip_and_logical_ops(data):
-    t, a = data.draw(tensor_pairs())
-    u, b = data.draw(tensor_pairs(shape=a.shape[1:]))
+def test_where_clip_and_logical_ops(device, data):
+    t, a = data.draw(tensor_pairs(device=device))
+    u, b = data.draw(tensor_pairs(shape=a.shape[1:], device=device))
     lo = data.draw(st.integers(-2, 0))
     hi = data.draw(st.floats(0, 2))
-    assert_matches(where(t > 0, t, u), np.where(a > 0, a, b))
-    assert_matches(where(t > 0, 1.5, u), np.where(a > 0, 1.5, b))
-    assert_matches(where(t > u, t, 0), np.where(a > b, a, 0))
-    assert_matches(clip(t, lo, hi), np.minimum(np.maximum(a, lo), hi))
-    assert_matches(t.clip(lo, hi), np.minimum(np.maximum(a, lo), hi))
-    assert_matches((t > 0) & (u < 1), (a > 0) & (b < 1))
-    assert_matches((t > 0) | (u < 1), (a > 0) | (b < 1))
-    assert_matches(~(t > 0), ~(a > 0))
+
+    def check(actual, expected):
+        assert_matches(actual, expected, device=device)
+
+    check(where(t > 0, t, u), np.where(a > 0, a, b))
+    check(where(t > 0, 1.5, u), np.where(a > 0, 1.5, b))
+    check(where(t > u, t, 0), np.where(a > b, a, 0))
+    check(clip(t, lo, hi), np.minimum(np.maximum(a, lo), hi))
+    check(t.clip(lo, hi), np.minimum(np.maximum(a, lo), hi))
+    check((t > 0) & (u < 1), (a > 0) & (b < 1))
+    check((t > 0) | (u < 1), (a > 0) | (b < 1))
+    check(~(t > 0), ~(a > 0))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=30, deadline=None)
 @given(pair=tensor_pairs(), dtype=st.sampled_from(ALL_DTYPES))
-def test_astype_matches_numpy(pair, dtype):
-    t, a = pair
-    assert_matches(t.astype(dtype), a.astype(dtype))
-    assert_matches((t * 2).astype(dtype), (a * 2).astype(dtype))
+def test_astype_matches_numpy(device, pair, dtype):
+    t, a = pair_on(pair, device)
+    assert_matches(t.astype(dtype), a.astype(dtype), device=device)
+    assert_matches((t * 2).astype(dtype), (a * 2).astype(dtype), device=device)
 
 
-def test_where_condition_need_not_be_bool():
+@pytest.mark.parametrize("device", DEVICES)
+def test_where_condition_need_not_be_bool(device):
     a = np.array([0.0, 1.5, -2.0, 0.0])
-    assert_matches(where(from_numpy(a), 1.0, -1.0), np.where(a, 1.0, -1.0))
+    assert_matches(where(on_device(a, device), 1.0, -1.0), np.where(a, 1.0, -1.0),
+                   device=device)
 
 
-def test_where_in_place_reads_before_writing():
+@pytest.mark.parametrize("device", DEVICES)
+def test_where_in_place_reads_before_writing(device):
     """``x[...] = where(x > 0, x, 0)``: the condition and branch read x, the output is x."""
     a = np.array([-1.0, 2.0, -3.0, 4.0])
-    t = tensor(a.copy())
+    t = tensor(a.copy(), device=device)
     t[...] = where(t > 0, t, 0)
     np.testing.assert_array_equal(t.numpy(), np.where(a > 0, a, 0))
 
@@ -185,11 +204,12 @@ def test_where_in_place_reads_before_writing():
 SCALARS = [0.5, 2, True, -3, 1e10, 0]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dt1", ALL_DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("dt2", ALL_DTYPES, ids=lambda d: d.name)
-def test_tensor_tensor_promotion_matches_numpy(dt1, dt2):
+def test_tensor_tensor_promotion_matches_numpy(device, dt1, dt2):
     a, b = np.ones(3, dt1), np.ones(3, dt2)
-    ta, tb = from_numpy(a), from_numpy(b)
+    ta, tb = on_device(a, device), on_device(b, device)
     assert (ta * tb).dtype == (a * b).dtype
     assert (ta + tb).dtype == (a + b).dtype
     assert maximum(ta, tb).dtype == np.maximum(a, b).dtype
@@ -197,21 +217,22 @@ def test_tensor_tensor_promotion_matches_numpy(dt1, dt2):
     assert (ta < tb).dtype == (a < b).dtype
     if dt1.kind != "b" or dt2.kind != "b":
         assert (ta / tb).dtype == (a / b).dtype
-        assert_matches((ta / tb).eval(), a / b)
+        assert_matches((ta / tb).eval(), a / b, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dt", ALL_DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("s", SCALARS, ids=repr)
-def test_tensor_scalar_promotion_matches_numpy(dt, s):
+def test_tensor_scalar_promotion_matches_numpy(device, dt, s):
     a = np.ones(3, dt)
-    t = from_numpy(a)
+    t = on_device(a, device)
     for f in (lambda x, y: x * y, lambda x, y: y * x, lambda x, y: x + y,
               lambda x, y: maximum(x, y) if isinstance(x, Exp) else np.maximum(x, y)):
         try:
             expected = f(a, s)
         except (OverflowError, TypeError):
             continue
-        assert_matches(f(t, s), expected)
+        assert_matches(f(t, s), expected, device=device)
 
 
 def test_weak_scalar_examples():
@@ -290,15 +311,20 @@ def test_ops_on_scalars_only_make_a_tensor():
     assert out.item() == pytest.approx(np.exp(0.5), rel=1e-6)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=30, deadline=None)
 @given(case=expr_cases(max_depth=3))
-def test_views_of_expressions(case):
+def test_views_of_expressions(device, case):
     """Views applied to a whole expression: pushed down to the leaves, same values."""
-    e, ref, tree, _ = case
+    e, ref, tree, _ = case_on(case, device)
     ref = np.asarray(ref)
-    assert_matches(e.T, ref.T, scale=tree.scale, f32=tree.f32)
-    assert_matches(e.reshape(-1), ref.reshape(-1), scale=tree.scale, f32=tree.f32)
-    assert_matches(e.unsqueeze(0), ref[None], scale=tree.scale, f32=tree.f32)
-    assert_matches(e.flatten(), ref.reshape(-1), scale=tree.scale, f32=tree.f32)
+
+    def check(actual, expected):
+        assert_matches(actual, expected, scale=tree.scale, f32=tree.f32, device=device)
+
+    check(e.T, ref.T)
+    check(e.reshape(-1), ref.reshape(-1))
+    check(e.unsqueeze(0), ref[None])
+    check(e.flatten(), ref.reshape(-1))
     if ref.ndim >= 2:
-        assert_matches(e.transpose(0, 1), np.swapaxes(ref, 0, 1), scale=tree.scale, f32=tree.f32)
+        check(e.transpose(0, 1), np.swapaxes(ref, 0, 1))

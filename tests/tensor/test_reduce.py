@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 
 from minitorch_exp.tensor import cpu_numpy, exp, from_numpy, maximum, relu, tensor
 
+from ..devices import CUDA_ONLY, DEVICES, on_device
 from .strategies import (
     ALL_DTYPES,
     FLOATS,
     assert_matches,
     block_size,
     broadcastable_to,
+    case_on,
     expr_cases,
     shapes,
     tensor_pairs,
@@ -57,15 +59,16 @@ def _has_empty_reduced_axis(shape, axis):
     return any(shape[a] == 0 for a in axes)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=200, deadline=None)
 @given(data=st.data(), op=st.sampled_from(OPS), keepdims=st.booleans(),
        dtype=st.sampled_from(ALL_DTYPES), fused=st.booleans(),
        block=st.sampled_from([None, 1, 4, 16]))
-def test_reduction_matches_numpy(data, op, keepdims, dtype, fused, block):
-    t, a = data.draw(tensor_pairs(shape=data.draw(shapes()), dtype=dtype))
+def test_reduction_matches_numpy(device, data, op, keepdims, dtype, fused, block):
+    t, a = data.draw(tensor_pairs(shape=data.draw(shapes()), dtype=dtype, device=device))
     axis = data.draw(axes_for(a.ndim, op))
     if fused and dtype.kind != "b":
-        t2, a2 = data.draw(tensor_pairs(shape=a.shape[1:], dtype=dtype))
+        t2, a2 = data.draw(tensor_pairs(shape=a.shape[1:], dtype=dtype, device=device))
         x, ref_x = t * t2 + 1, a * a2 + 1
     else:
         x, ref_x = t, a
@@ -80,7 +83,25 @@ def test_reduction_matches_numpy(data, op, keepdims, dtype, fused, block):
     assert e.shape == np.shape(expected)
     with block_size(block):
         out = e.eval()
-    assert_matches(out, expected, scale=max(1, a.size) * 10)
+    assert_matches(out, expected, scale=max(1, a.size) * 10, device=device)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, 2, -1, (0, 2), (1, 2), (0, 1), (2, 0)])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("device", CUDA_ONLY)
+def test_reduction_of_a_fused_strided_input(device, axis, op):
+    """The device twin of the blocked test below: every split of kept/reduced dims."""
+    if op == "argmax" and isinstance(axis, tuple):
+        return
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(4, 5, 6))
+    b = rng.normal(size=(6,))
+    ta, tb = on_device(a, device)[:, ::-1], on_device(b, device)
+    ref = a[:, ::-1] * b - 0.5
+    for keepdims in (False, True):
+        out = getattr(ta * tb - 0.5, op)(axis=axis, keepdims=keepdims).eval()
+        assert out.device == ta.device
+        assert_matches(out, np_reduce(op, ref, axis, keepdims), device=device)
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1, 2, -1, (0, 2), (1, 2), (0, 1), (2, 0)])
@@ -101,65 +122,75 @@ def test_blocked_reduction_of_a_fused_input(monkeypatch, axis, block, op):
         assert_matches(out, np_reduce(op, ref, axis, keepdims))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: d.name)
-def test_blocked_reduction_keeps_numpy_dtypes(monkeypatch, dtype):
+def test_blocked_reduction_keeps_numpy_dtypes(monkeypatch, device, dtype):
     monkeypatch.setattr(cpu_numpy, "BLOCK", 8)
     a = (np.arange(60).reshape(6, 10) % 3).astype(dtype)
-    t = from_numpy(a)
+    t = on_device(a, device)
     x, ref = maximum(t, t), np.maximum(a, a)  # a fused (non-tensor) input of a's dtype
     for op in ("sum", "mean", "max", "min"):
         for axis in (None, 0, 1):
-            assert_matches(getattr(x, op)(axis=axis).eval(), np_reduce(op, ref, axis, False))
+            assert_matches(getattr(x, op)(axis=axis).eval(), np_reduce(op, ref, axis, False),
+                           device=device)
 
 
-def test_large_inputs_use_the_default_blocks():
-    """More elements than one default block: the blocked paths for real."""
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_inputs_use_the_default_blocks(device):
+    """More elements than one default block: the blocked paths for real (on cuda: many
+    blocks, and full reductions split over blocks)."""
     rng = np.random.default_rng(0)
     a = rng.normal(size=(520, 521))
     assert a.size > cpu_numpy.BLOCK
-    t = from_numpy(a)
+    t = on_device(a, device)
     ref = a * 2 + 1
-    assert_matches((t * 2 + 1).eval(), ref)
-    assert_matches((t * 2 + 1).sum(axis=0).eval(), ref.sum(axis=0))
-    assert_matches((t * 2 + 1).sum().eval(), ref.sum(), scale=a.size)
-    assert_matches((t * 2 + 1).max(axis=1).eval(), ref.max(axis=1))
-    assert_matches((t.T * 2 + 1).mean(axis=1, keepdims=True).eval(),
-                   ref.T.mean(axis=1, keepdims=True))
-    f32 = from_numpy(a.astype(np.float32))
-    assert_matches((f32 * 2 + 1).sum(axis=1).eval(), (a.astype(np.float32) * 2 + 1).sum(axis=1),
-                   scale=1000)
+
+    def check(actual, expected, scale=1.0):
+        assert_matches(actual, expected, scale=scale, device=device)
+
+    check((t * 2 + 1).eval(), ref)
+    check((t * 2 + 1).sum(axis=0).eval(), ref.sum(axis=0))
+    check((t * 2 + 1).sum().eval(), ref.sum(), scale=a.size)
+    check((t * 2 + 1).max(axis=1).eval(), ref.max(axis=1))
+    check((t.T * 2 + 1).mean(axis=1, keepdims=True).eval(), ref.T.mean(axis=1, keepdims=True))
+    f32 = on_device(a.astype(np.float32), device)
+    check((f32 * 2 + 1).sum(axis=1).eval(), (a.astype(np.float32) * 2 + 1).sum(axis=1),
+          scale=1000)
 
 
-def test_small_block_elementwise_paths(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_small_block_elementwise_paths(monkeypatch, device):
     monkeypatch.setattr(cpu_numpy, "BLOCK", 7)
     rng = np.random.default_rng(1)
     a = rng.normal(size=(5, 6, 7))
     b = rng.normal(size=(7,))
-    ta, tb = from_numpy(a), from_numpy(b)
-    assert_matches((exp(ta.permute(2, 0, 1)) * 2).eval(), np.exp(a.transpose(2, 0, 1)) * 2)
-    assert_matches(relu(ta - tb).eval(), np.maximum(a - b, 0))
-    dst = from_numpy(np.zeros((5, 6, 7)))
+    ta, tb = on_device(a, device), on_device(b, device)
+    assert_matches((exp(ta.permute(2, 0, 1)) * 2).eval(), np.exp(a.transpose(2, 0, 1)) * 2,
+                   device=device)
+    assert_matches(relu(ta - tb).eval(), np.maximum(a - b, 0), device=device)
+    dst = on_device(np.zeros((5, 6, 7)), device)
     dst[::-1, :, ::-2] = ta[:, :, ::2] * tb[::2]
     ref = np.zeros((5, 6, 7))
     ref[::-1, :, ::-2] = a[:, :, ::2] * b[::2]
-    assert_matches(dst, ref)
+    assert_matches(dst, ref, device=device)
 
 
 # ---- sum_to -------------------------------------------------------------------------
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=80, deadline=None)
 @given(data=st.data(), block=st.sampled_from([None, 2]))
-def test_sum_to_matches_numpy(data, block):
+def test_sum_to_matches_numpy(device, data, block):
     shape = data.draw(shapes(0, 4, 1, 3))
     target = data.draw(broadcastable_to(shape))
-    t, a = data.draw(tensor_pairs(shape=shape, dtype=np.dtype(np.float64)))
+    t, a = data.draw(tensor_pairs(shape=shape, dtype=np.dtype(np.float64), device=device))
     lead = len(shape) - len(target)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(target)
                                       if n == 1 and shape[lead + i] != 1)
     expected = a.sum(axis=axes).reshape(target) if axes else a
     with block_size(block):
-        assert_matches(t.sum_to(target).eval(), expected)
-        assert_matches((t * 2).sum_to(target).eval(), expected * 2)
+        assert_matches(t.sum_to(target).eval(), expected, device=device)
+        assert_matches((t * 2).sum_to(target).eval(), expected * 2, device=device)
 
 
 def test_sum_to_refuses_a_shape_that_does_not_broadcast():
@@ -170,27 +201,33 @@ def test_sum_to_refuses_a_shape_that_does_not_broadcast():
 
 # ---- fused inputs and reductions inside bigger expressions ----------------------------
 
-def test_fused_reduce_inputs_and_reductions_feeding_maps():
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_reduce_inputs_and_reductions_feeding_maps(device):
     rng = np.random.default_rng(2)
     a, b = rng.normal(size=(4, 5)), rng.normal(size=(4, 5))
-    ta, tb = from_numpy(a), from_numpy(b)
-    assert_matches((ta * tb).sum(axis=1).eval(), (a * b).sum(axis=1))
+    ta, tb = on_device(a, device), on_device(b, device)
+
+    def check(actual, expected):
+        assert_matches(actual, expected, device=device)
+
+    check((ta * tb).sum(axis=1).eval(), (a * b).sum(axis=1))
     m = ta.max(axis=1, keepdims=True)
     softmax = exp(ta - m) / exp(ta - m).sum(axis=1, keepdims=True)
     ea = np.exp(a - a.max(axis=1, keepdims=True))
-    assert_matches(softmax.eval(), ea / ea.sum(axis=1, keepdims=True))
-    assert_matches(ta.sum(axis=0).max().eval(), a.sum(axis=0).max())
-    assert_matches((ta @ tb.T).sum(axis=0).eval(), (a @ b.T).sum(axis=0))
-    assert_matches((ta.sum(axis=1) * 2).argmax().eval(), np.argmax(a.sum(axis=1) * 2))
-    assert_matches(ta.mean().eval(), a.mean())
+    check(softmax.eval(), ea / ea.sum(axis=1, keepdims=True))
+    check(ta.sum(axis=0).max().eval(), a.sum(axis=0).max())
+    check((ta @ tb.T).sum(axis=0).eval(), (a @ b.T).sum(axis=0))
+    check((ta.sum(axis=1) * 2).argmax().eval(), np.argmax(a.sum(axis=1) * 2))
+    check(ta.mean().eval(), a.mean())
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("saver", ["=", "+=", "-=", "*="])
-def test_reduction_into_strided_and_broadcast_destinations(saver):
+def test_reduction_into_strided_and_broadcast_destinations(device, saver):
     rng = np.random.default_rng(3)
     a = rng.normal(size=(4, 3))
-    ta = from_numpy(a)
-    ref, t = np.ones((5, 6)), from_numpy(np.ones((5, 6)))
+    ta = on_device(a, device)
+    ref, t = np.ones((5, 6)), on_device(np.ones((5, 6)), device)
     cases = [
         (lambda x: x[:, ::2], ta.sum(axis=0), a.sum(axis=0)),  # broadcasts over 5 rows
         (lambda x: x[1:4, 1:5].T, (ta * 2).max(axis=0), (a * 2).max(axis=0)),  # into (4, 3)
@@ -211,32 +248,36 @@ def test_reduction_into_strided_and_broadcast_destinations(saver):
         else:
             r *= expected
             v *= e
-    assert_matches(t, ref)
+    assert_matches(t, ref, device=device)
 
 
-def test_argmax_into_a_broadcast_destination():
+@pytest.mark.parametrize("device", DEVICES)
+def test_argmax_into_a_broadcast_destination(device):
     a = np.array([[1.0, 5.0, 2.0], [7.0, 0.0, 9.0]])
     ref = np.zeros((3, 2), dtype=np.int64)
-    t = from_numpy(ref.copy())
+    t = on_device(ref.copy(), device)
     ref[...] = np.argmax(a, axis=1)
-    t[...] = from_numpy(a).argmax(axis=1)
-    assert_matches(t, ref)
+    t[...] = on_device(a, device).argmax(axis=1)
+    assert_matches(t, ref, device=device)
 
 
-def test_mean_of_an_empty_axis_is_nan_like_numpy():
+@pytest.mark.parametrize("device", DEVICES)
+def test_mean_of_an_empty_axis_is_nan_like_numpy(device):
     a = np.zeros((0, 3))
     with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
         expected = a.mean(axis=0)
-    assert_matches(from_numpy(a).mean(axis=0).eval(), expected)
-    assert_matches(from_numpy(a).sum(axis=0).eval(), a.sum(axis=0))
+    assert_matches(on_device(a, device).mean(axis=0).eval(), expected, device=device)
+    assert_matches(on_device(a, device).sum(axis=0).eval(), a.sum(axis=0), device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: d.name)
-def test_nan_propagates_through_max_and_sum(dtype):
+def test_nan_propagates_through_max_and_sum(device, dtype):
     a = np.array([[1.0, np.nan, 2.0], [0.5, 0.25, -1.0]], dtype=dtype)
-    t = tensor(a)
+    t = tensor(a, device=device)
     for op in ("max", "min", "sum"):
-        assert_matches(getattr(t, op)(axis=1).eval(), getattr(np, op)(a, axis=1))
+        assert_matches(getattr(t, op)(axis=1).eval(), getattr(np, op)(a, axis=1),
+                       device=device)
 
 
 def test_reduction_errors_name_the_problem():
@@ -251,11 +292,12 @@ def test_reduction_errors_name_the_problem():
         from_numpy(np.ones((2, 3))).sum(axis=(0, -2))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=40, deadline=None)
 @given(case=expr_cases(max_depth=3, dtypes=FLOATS), keepdims=st.booleans(),
        block=st.sampled_from([None, 3]))
-def test_reductions_of_random_trees(case, keepdims, block):
-    e, ref, tree, _ = case
+def test_reductions_of_random_trees(device, case, keepdims, block):
+    e, ref, tree, _ = case_on(case, device)
     ref = np.asarray(ref)
     for op in ("sum", "max"):
         if op == "max" and ref.size == 0:
@@ -263,4 +305,5 @@ def test_reductions_of_random_trees(case, keepdims, block):
         with block_size(block):
             out = getattr(e, op)(axis=0 if ref.ndim else None, keepdims=keepdims).eval()
         expected = np_reduce(op, ref, 0 if ref.ndim else None, keepdims)
-        assert_matches(out, expected, scale=tree.scale * max(1, ref.size), f32=tree.f32)
+        assert_matches(out, expected, scale=tree.scale * max(1, ref.size), f32=tree.f32,
+                       device=device)

@@ -16,6 +16,7 @@ from minitorch_exp.tensor import (
 )
 from minitorch_exp.tensor.ops import OPS
 
+from ..devices import DEVICES, on_device
 from .strategies import assert_matches
 
 
@@ -77,36 +78,41 @@ def _positive(x, out=None):
     return out
 
 
-def test_user_ops_match_numpy_and_fuse_with_builtins(user_ops):
+@pytest.mark.parametrize("device", DEVICES)
+def test_user_ops_match_numpy_and_fuse_with_builtins(user_ops, device):
     user_ops("t_softplus", _softplus, "log1p(exp({0}))", result="float")
     user_ops("t_sqdiff", _sqdiff, "(({0} - {1}) * ({0} - {1}))", arity=2)
     user_ops("t_fma", _fma, "({0} * {1} + {2})", arity=3)
     rng = np.random.default_rng(0)
     a, b, c = rng.normal(size=(3, 4)), rng.normal(size=(4,)), rng.normal(size=(3, 1))
-    ta, tb, tc = from_numpy(a), from_numpy(b[::-1].copy()[::-1]), from_numpy(c)
+    ta, tb, tc = (on_device(a, device), on_device(b[::-1].copy()[::-1], device),
+                  on_device(c, device))
     e = apply_op("t_sqdiff", apply_op("t_softplus", ta), tb) * 2 + relu(tc)
     ref = np.square(np.log1p(np.exp(a)) - b) * 2 + np.maximum(c, 0)
-    dst = from_numpy(np.zeros((3, 4)))
-    with count_kernels() as k:
+    dst = on_device(np.zeros((3, 4)), device)
+    with count_kernels(device) as k:
         dst[...] = e
     assert k["fused"] == 1 and k.total == 1
-    assert_matches(dst, ref)
-    assert_matches(apply_op("t_fma", ta, tb, 0.5), a * b + 0.5)
-    assert_matches(apply_op("t_fma", ta.T, tc.T, tb[:, None]).eval(), a.T * c.T + b[:, None])
+    assert_matches(dst, ref, device=device)
+    assert_matches(apply_op("t_fma", ta, tb, 0.5), a * b + 0.5, device=device)
+    assert_matches(apply_op("t_fma", ta.T, tc.T, tb[:, None]).eval(), a.T * c.T + b[:, None],
+                   device=device)
 
 
-def test_user_op_result_dtypes(user_ops):
+@pytest.mark.parametrize("device", DEVICES)
+def test_user_op_result_dtypes(user_ops, device):
     user_ops("t_soft", _softplus, "log1p(exp({0}))", result="float")
     user_ops("t_double", _double, "({0} * 2)")
     user_ops("t_pos", _positive, "({0} > 0)", result="bool")
     i = np.arange(-2, 3, dtype=np.int32)
-    ti = from_numpy(i)
-    assert_matches(apply_op("t_soft", ti), np.log1p(np.exp(i)))
-    assert_matches(apply_op("t_double", ti), i * 2)
-    assert_matches(apply_op("t_pos", ti), i > 0)
+    ti = on_device(i, device)
+    assert_matches(apply_op("t_soft", ti), np.log1p(np.exp(i)), device=device)
+    assert_matches(apply_op("t_double", ti), i * 2, device=device)
+    assert_matches(apply_op("t_pos", ti), i > 0, device=device)
 
 
-def test_user_op_in_blocked_path_and_in_place(user_ops, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_user_op_in_blocked_path_and_in_place(user_ops, monkeypatch, device):
     """A user function that is not safe to run in place (it writes ``out`` twice)."""
 
     def twice(x, out=None):
@@ -119,7 +125,7 @@ def test_user_op_in_blocked_path_and_in_place(user_ops, monkeypatch):
     user_ops("t_twice", twice, "({0} * 2)")
     monkeypatch.setattr(cpu_numpy, "BLOCK", 3)
     a = np.arange(10.0)
-    t = from_numpy(a.copy())
+    t = on_device(a.copy(), device)
     t[...] = apply_op("t_twice", apply_op("t_twice", t) + 1)
     np.testing.assert_array_equal(t.numpy(), (a * 2 + 1) * 2)
     t[...] = apply_op("t_twice", t)  # its output is its own input
@@ -143,13 +149,14 @@ def _minus_one(x, out=None):
     return out
 
 
-def test_reregistering_a_name_uses_the_new_function(user_ops):
+@pytest.mark.parametrize("device", DEVICES)
+def test_reregistering_a_name_uses_the_new_function(user_ops, device):
     a = np.arange(4.0)
     user_ops("t_changing", _plus_one, "({0} + 1)")
-    assert_matches(apply_op("t_changing", from_numpy(a)) * 3, (a + 1) * 3)
+    assert_matches(apply_op("t_changing", on_device(a, device)) * 3, (a + 1) * 3, device=device)
     unregister_op("t_changing")
     user_ops("t_changing", _minus_one, "({0} - 1)")
-    assert_matches(apply_op("t_changing", from_numpy(a)) * 3, (a - 1) * 3)
+    assert_matches(apply_op("t_changing", on_device(a, device)) * 3, (a - 1) * 3, device=device)
 
 
 @pytest.mark.parametrize("name", ["Bad", "1x", "", "a-b", "x" * 41, "for", "with space",

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from minitorch_exp.tensor import Tensor, from_numpy, tensor
 
+from ..devices import DEVICES, on_device
 from .strategies import (
     assert_matches,
     basic_keys,
@@ -115,9 +116,10 @@ def check_strides(v: Tensor, a: np.ndarray, steps):
     assert ours == theirs, f"strides {v.strides} vs NumPy {elem_strides(a)} after {steps}"
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=300, deadline=None)
 @given(shape=shapes(), strided=st.booleans(), data=st.data())
-def test_random_view_chains_match_numpy(shape, strided, data):
+def test_random_view_chains_match_numpy(device, shape, strided, data):
     values = np.arange(math.prod(shape), dtype=np.float64).reshape(shape)
     if strided:
         perm = data.draw(st.permutations(range(len(shape))))
@@ -126,8 +128,9 @@ def test_random_view_chains_match_numpy(shape, strided, data):
         base = strided_copy(values, perm, steps)
     else:
         base = values.copy()
-    t0 = from_numpy(base)
-    assert np.shares_memory(t0.numpy(), base) or base.size == 0
+    t0 = on_device(base, device)
+    if device == "cpu":
+        assert np.shares_memory(t0.numpy(), base) or base.size == 0
     t, a = t0, base
     done = []
     canonical = True  # NumPy's strides are comparable until a reshape step
@@ -162,7 +165,7 @@ def test_random_view_chains_match_numpy(shape, strided, data):
     if kind == "all":
         value = rng.normal(size=a.shape)
         a[...] = value
-        t[...] = from_numpy(value)
+        t[...] = on_device(value, device)
     elif kind == "index":
         key = data.draw(basic_keys(a.shape))
         a[key] = -1.5
@@ -170,7 +173,7 @@ def test_random_view_chains_match_numpy(shape, strided, data):
     elif kind == "iadd":
         value = rng.normal(size=a.shape[1:])
         a += value
-        t += from_numpy(value)
+        t += on_device(value, device)
     else:
         a *= a + 1
         t *= t + 1
@@ -214,11 +217,12 @@ def test_view_versus_reshape():
     assert t.T.view(4, 1, 3).storage is t.storage  # inserting a size-1 dim is always a view
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=100, deadline=None)
 @given(shape=shapes(1, 3, 1, 4), data=st.data())
-def test_advanced_indexing_returns_a_copy_equal_to_numpy(shape, data):
+def test_advanced_indexing_returns_a_copy_equal_to_numpy(device, shape, data):
     a = np.arange(math.prod(shape), dtype=np.float64).reshape(shape)
-    t = from_numpy(a)
+    t = on_device(a, device)
     kind = data.draw(st.sampled_from(["ints", "mask", "ints_and_slice", "neg", "tensor_mask"]))
     n = shape[0]
     if kind == "ints":
@@ -231,11 +235,11 @@ def test_advanced_indexing_returns_a_copy_equal_to_numpy(shape, data):
             else np.array([0, 0])
     else:
         mask = np.random.default_rng(0).random(shape) < 0.5
-        key = from_numpy(mask) if kind == "tensor_mask" else mask
+        key = on_device(mask, device) if kind == "tensor_mask" else mask
     np_key = key.numpy() if isinstance(key, Tensor) else key
     expected = a[np_key]
     out = t[key]
-    assert isinstance(out, Tensor)
+    assert isinstance(out, Tensor) and out.device == t.device
     np.testing.assert_array_equal(out.numpy(), expected)
     assert out.dtype == expected.dtype
     if out.numel():
