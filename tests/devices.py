@@ -15,9 +15,7 @@ of a NumPy array, so non-contiguous layouts reach the device's kernels too),
 reads results back with ``.numpy()`` and compares them with the NumPy / CPU
 reference: to the test's usual tolerance on ``cpu``, and to float32-level
 tolerance (``tolerance``) on ``cuda``, whose math library and summation order
-differ from NumPy's in the last bits. Gradient checks go through ``gradcheck``,
-which is ``mt.gradcheck`` on the CPU and the same finite-difference check done
-with device-side writes elsewhere.
+differ from NumPy's in the last bits. ``mt.gradcheck`` works on every device.
 
 The ``cpu`` parameter runs exactly what the CPU-only tests ran (same inputs,
 same hypothesis budgets, same tolerances), so CPU test time does not grow;
@@ -88,50 +86,3 @@ def on_device(arr: np.ndarray, device="cpu") -> Tensor:
     if dev.type == "cpu":
         return t
     return Tensor(Storage(dev.xp.asarray(t.storage.data), dev), t.layout)
-
-
-def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-              seed: int = 0) -> bool:
-    """``mt.gradcheck`` for inputs on any device.
-
-    On the CPU it is ``mt.gradcheck`` itself. Elsewhere the same check runs with
-    the weights made on the inputs' device and each element perturbed through a
-    device write (``mt.gradcheck`` builds its weights on the CPU and perturbs
-    ``x.numpy()``, which off the CPU is a host copy).
-    """
-    import minitorch_exp as mt
-
-    inputs = list(inputs)
-    nodes = [x for x in inputs if isinstance(x, mt.Node)]
-    device = nodes[0].device if nodes else None
-    if device is None or device.type == "cpu":
-        return mt.gradcheck(fn, inputs, eps=eps, atol=atol, rtol=rtol, seed=seed)
-    out = fn(*inputs)
-    weights = mt.tensor(np.random.default_rng(seed).uniform(0.5, 1.5, out.shape),
-                        dtype=mt.float64, device=out.device)
-
-    def scalar(out):
-        return (out * weights).sum() if out.ndim else out * weights
-
-    for x in nodes:
-        x.grad = None
-    scalar(out).backward()
-    for i, x in enumerate(inputs):
-        if not (isinstance(x, mt.Node) and x.requires_grad):
-            continue
-        assert x.device == device, f"gradcheck: input {i} is on {x.device}, not {device}"
-        analytic = np.zeros(x.shape) if x.grad is None else x.grad.numpy()
-        numeric = np.zeros(x.shape)
-        start = x.numpy().copy()
-        with mt.no_grad():
-            for idx in np.ndindex(*x.shape):
-                old = float(start[idx])
-                x.value[idx] = old + eps
-                hi = scalar(fn(*inputs)).item()
-                x.value[idx] = old - eps
-                lo = scalar(fn(*inputs)).item()
-                x.value[idx] = old
-                numeric[idx] = (hi - lo) / (2 * eps)
-        np.testing.assert_allclose(analytic, numeric, rtol=rtol, atol=atol,
-                                   err_msg=f"gradcheck on {device}: input {i}")
-    return True

@@ -81,7 +81,7 @@ def _reduce(loss: Node, reduction: str) -> Node:
 
 
 def _check_logits(logits: Node, target, name: str) -> None:
-    shape = tuple(np.shape(target.numpy() if isinstance(target, Node) else target))
+    shape = tuple(target.shape) if isinstance(target, Node) else np.shape(target)
     if logits.ndim != 2 or shape != (logits.shape[0],):
         raise ValueError(f"{name}: expected input of shape (N, C) and target of shape (N,), "
                          f"got {logits.shape} and {shape}")

@@ -20,7 +20,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
 
     ``fn(*inputs)`` may return any shape: it is reduced to a scalar with fixed
     random weights, so every output element takes part. Inputs must be float64
-    Nodes; those with ``requires_grad`` are checked. Raises AssertionError naming
+    Nodes on one device; those with ``requires_grad`` are checked. Raises AssertionError naming
     the input, the element, and both values when they disagree; returns True.
     """
     inputs = list(inputs)
@@ -30,6 +30,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
     out = fn(*inputs)
     rng = np.random.default_rng(seed)
     weights = Node(from_array(rng.uniform(0.5, 1.5, out.shape).astype(np.float64)))
+    weights = weights.to(out.device)
     for x in inputs:
         if isinstance(x, Node):
             x.grad = None
@@ -50,7 +51,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
 
 
 def _numeric_grad(fn, inputs, x: Node, weights, eps: float) -> np.ndarray:
-    values = x.value.numpy()  # shares memory: perturb in place, restore after
+    values = x.value.array  # the device's array, sharing memory: perturb, restore after
     storage = x.value.storage
     grad = np.zeros(x.shape)
 
@@ -60,7 +61,7 @@ def _numeric_grad(fn, inputs, x: Node, weights, eps: float) -> np.ndarray:
 
     with no_grad():
         for idx in np.ndindex(*x.shape):
-            old = values[idx]
+            old = float(values[idx])
             write(idx, old + eps)
             hi = _as_scalar(fn(*inputs), weights).item()
             write(idx, old - eps)

@@ -23,7 +23,9 @@ def count(device: str, kind: str) -> None:
 
 
 def kernel_counts(device: str = "cpu") -> dict[str, int]:
-    """Kernels run so far on ``device``, by kind, plus their ``total``."""
+    """Kernels run so far on ``device`` (``"cpu"``, ``"cuda"``; ``"cuda:N"`` counts as
+    ``"cuda"``), by kind, plus their ``total``."""
+    device = str(device).partition(":")[0]
     out = {kind: n for (dev, kind), n in _COUNTS.items() if dev == device}
     out["total"] = sum(out.values())
     return out

@@ -187,7 +187,10 @@ class Tensor(Exp):
         if isinstance(value, Tensor) and value.storage is dst.storage and \
                 value.layout == dst.layout:
             return  # ``t[i] += e`` writes through the view, then re-assigns the same view
-        engine.assign(dst, as_exp(value) if not isinstance(value, (list, tuple)) else tensor(value))
+        value = as_exp(value) if not isinstance(value, (list, tuple)) else tensor(value)
+        if value.kind == RVALUE and value.device != dst.device:
+            value = value.to(dst.device)  # data from another device: copied over, as torch does
+        engine.assign(dst, value)
 
     # ---- savers: in-place operators write straight into this tensor ----------
     def __iadd__(self, other):

@@ -12,7 +12,7 @@ import minitorch_exp as mt
 from minitorch_exp import nn
 from minitorch_exp.nn import init
 
-from ..devices import DEVICES, gradcheck, tolerance
+from ..devices import DEVICES, tolerance
 
 RNG = np.random.default_rng(0)
 
@@ -141,7 +141,7 @@ def test_layer_gradcheck(device, name, make, shape):
     def fn(x, *ps):
         return layer(x)
 
-    assert gradcheck(fn, [x, *params])
+    assert mt.gradcheck(fn, [x, *params])
 
 
 def test_gradcheck_catches_a_wrong_layer():

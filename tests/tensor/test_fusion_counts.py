@@ -157,3 +157,14 @@ def test_contiguous_copy_is_one_pass(monkeypatch, block):
         c = ta.T.contiguous()
     assert k["fused"] == 1 and k.total == 1
     assert_matches(c, a.T)
+
+
+def test_counts_by_device_name_include_the_device_index():
+    from minitorch_exp.tensor import counters
+    before = counters.kernel_counts("cuda")
+    counters.count("cuda", "fused")  # what the CUDA backend records for any cuda:N
+    try:
+        assert counters.kernel_counts("cuda:0")["fused"] == before.get("fused", 0) + 1
+        assert counters.kernel_counts("cuda:1")["total"] == before["total"] + 1
+    finally:
+        counters._COUNTS[("cuda", "fused")] -= 1
