@@ -257,11 +257,13 @@ class CudaBackend:
         import cupy
         self.cp = cupy
 
-    def elementwise(self, plan, dst, leaves, scalars, saver: str) -> None:
+    def elementwise(self, plan, dst, leaves, scalars, saver: str):
+        """Launch the Plan's kernel; return ``(kernel, launch args)`` that repeat exactly
+        this launch (engine.Prepared), or None when a leaf was read through a copy."""
         count("cuda", "fused")
         n = dst.numel()
         if n == 0:
-            return
+            return None
         layouts, arrays = self._operands(dst, leaves, dst.shape)
         shape, strides, offsets = C.iteration_layout(dst.shape, layouts)
         kernel = self._module(("ew", len(shape), saver, dst.dtype.char), plan,
@@ -271,8 +273,10 @@ class CudaBackend:
         for arr, st, off in zip(arrays, strides, offsets):
             args += [arr, np.int64(off), *map(np.int64, st)]
         args += _scalar_args(plan, scalars)
-        blocks = min(MAX_BLOCKS, -(-n // THREADS))
-        kernel((blocks,), (THREADS,), tuple(args))
+        launch = ((min(MAX_BLOCKS, -(-n // THREADS)),), (THREADS,), tuple(args))
+        kernel(*launch)
+        copied = any(a is not t.storage.data for a, t in zip(arrays[1:], leaves))
+        return None if copied else (kernel, launch)
 
     def reduce(self, dst, e, saver: str) -> None:
         if e.op == "argmax":
