@@ -46,8 +46,12 @@ class Prepared:
         self.saver, self.epoch, self.fn, self.args = saver, _expr.EPOCH, fn, args
 
 
-def assign(dst, e: Exp, saver: str = "=") -> None:
-    """Evaluate ``e`` straight into the tensor ``dst`` with the given saver."""
+def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
+    """Evaluate ``e`` straight into the tensor ``dst`` with the given saver.
+
+    ``prepare=False``: ``dst`` is a new temporary that nothing assigns into again,
+    so no prepared call is kept (it would only hold the temporary alive).
+    """
     p = e.prepared
     if (p is not None and p.storage is dst.storage and p.saver == saver
             and p.epoch == _expr.EPOCH and p.layout == dst.layout and not counters.DEBUG):
@@ -72,7 +76,7 @@ def assign(dst, e: Exp, saver: str = "=") -> None:
         from .explain import debug_run
         debug_run(_dispatch, dst, e, saver)
     else:
-        _dispatch(dst, e, saver, planned)
+        _dispatch(dst, e, saver, planned, prepare)
 
 
 def _fast_checks_pass(dst, e: Exp, saver: str) -> bool:
@@ -82,13 +86,13 @@ def _fast_checks_pass(dst, e: Exp, saver: str) -> bool:
             and (dst.dtype.kind == "f" or saver in ("=", "+=", "*=")))  # bool -=, int /=
 
 
-def _dispatch(dst, e: Exp, saver: str, planned=None) -> None:
+def _dispatch(dst, e: Exp, saver: str, planned=None, prepare: bool = False) -> None:
     """Run the one kernel that writes ``e`` (its boundaries resolved) into ``dst``."""
     backend = backend_for(dst.device)
     if e.kind != COMPLEX:
         plan, leaves, scalars = planned or make_plan(e, dst.ndim)
         call = backend.elementwise(plan, dst, leaves, scalars, saver)
-        if call is not None and e.kind == MAPPER and type(e) is not Scalar:
+        if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
             e.prepared = Prepared(dst, saver, *call)
     elif type(e) is Dot:
         backend.dot(dst, e.a, e.b, saver)
@@ -115,7 +119,7 @@ def evaluate(e: Exp):
         e = t
     from .creation import new_empty
     dst = new_empty(e.shape, e.dtype, e.device)
-    assign(dst, e)
+    assign(dst, e, prepare=False)
     return dst
 
 

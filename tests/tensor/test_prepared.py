@@ -154,3 +154,11 @@ def test_debug_mode_prints_every_run(capsys):
         set_debug(0)
     printed = capsys.readouterr().out
     assert len(printed.strip().splitlines()) == 2, printed
+
+
+def test_evaluating_into_a_new_tensor_keeps_no_prepared_call():
+    a = from_numpy(vectors(seed=6, count=1)[0])
+    e = a * 3 + 1
+    out = e.eval()  # a fresh temporary: nothing will assign into it again
+    assert e.prepared is None
+    np.testing.assert_allclose(out.numpy(), a.numpy() * 3 + 1)
