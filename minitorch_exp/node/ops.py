@@ -3,8 +3,10 @@
 The primitives are few -- elementwise maps (any registered op, with the
 derivative stored beside it in ``tensor/ops.py``), expand, reshape, permute,
 indexing, reductions, matmul, cat -- and the rest (softmax, log_softmax,
-logsumexp, mean-squared error, cross-entropy) are written with them, so they
-fuse and differentiate for free.
+logsumexp, mean-squared error) are written with them, so they fuse and
+differentiate for free. Softmax cross-entropy is the one exception: its
+gradient is one short expression, much cheaper than the chain rule through
+the ops it is made of (``SoftmaxCrossEntropy``).
 """
 
 from __future__ import annotations
@@ -291,6 +293,38 @@ def log_softmax(x: Node, axis: int = -1) -> Node:
     return x - logsumexp(x, axis, keepdims=True)
 
 
+class SoftmaxCrossEntropy(Function):
+    """Per-row cross-entropy of logits ``z`` (N, C) against target distributions ``q``.
+
+    ``loss_i = log(sum_j exp(c_ij)) - sum_j q_ij c_ij`` with ``c = z - max_j z_ij``:
+    exact and stable for any logits. Written as one Function rather than the six
+    it is made of, because its gradient is a single expression,
+    ``g_i (softmax(z)_ij - q_ij)`` (rows of ``q`` sum to 1), that fuses into one
+    pass -- the chain rule through the six would build, walk and evaluate far more.
+    """
+
+    lazy = True
+
+    @staticmethod
+    def forward(ctx, z, q):
+        z = realize(z)  # read by three reductions
+        m = realize(z.max(1, keepdims=True))
+        c = z - m
+        s = realize(apply_op("exp", c).sum(1, keepdims=True))
+        ctx.save_for_backward(z, q, m, s)
+        return apply_op("log", s.reshape(s.shape[0])) - (c * q).sum(1)
+
+    @staticmethod
+    def backward(ctx, g):
+        z, q, m, s = ctx.saved_tensors
+        return (apply_op("exp", z - m) / s - q) * g.reshape(g.shape[0], 1), None
+
+
+def softmax_cross_entropy(logits: Node, q) -> Node:
+    """Cross-entropy of each row of ``logits`` against the matching row of ``q``."""
+    return SoftmaxCrossEntropy.apply(logits, q)
+
+
 # ---- matmul ----------------------------------------------------------------------
 
 class MatMul(Function):
@@ -314,6 +348,46 @@ class MatMul(Function):
         if ctx.needs_input_grad[1]:
             gb = Dot(a2.transpose(-1, -2), g2).sum_to(b2.shape).reshape(b.shape)
         return ga, gb
+
+
+class Linear(Function):
+    """``x @ weight.T + bias`` (PyTorch's ``F.linear``) as one Function.
+
+    The same kernels as the four ops it replaces (transpose, matmul, expand, add):
+    one BLAS call forward, with the bias add left lazy to fuse with what follows;
+    backward, BLAS for the input and weight gradients and one reduction for the
+    bias. One node instead of four is what a training step saves.
+    """
+
+    lazy = True
+
+    @staticmethod
+    def forward(ctx, x, weight, bias=None):
+        x, weight = realize(x), realize(weight)
+        ctx.save_for_backward(x, weight)
+        out = realize(Dot(x, weight.transpose(0, 1)))
+        return out if bias is None else out + bias
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        if needs.count(True) > 1:
+            g = realize(g)  # read by each gradient below: compute it once
+        rows = g.reshape(-1, weight.shape[0])  # every leading index is one row
+        gx = Dot(g, weight) if needs[0] else None
+        gw = Dot(rows.transpose(0, 1), x.reshape(-1, x.shape[-1])) if needs[1] else None
+        if len(needs) == 2:  # no bias
+            return gx, gw
+        return gx, gw, rows.sum(0) if needs[2] else None
+
+
+def linear(x: Node, weight: Node, bias: Node | None = None) -> Node:
+    """``x @ weight.T + bias`` for ``x`` of shape (..., in) and ``weight`` (out, in)."""
+    if x.shape[-1:] != weight.shape[1:] or weight.ndim != 2:
+        raise ValueError(f"linear: input of shape {x.shape} and weight of shape "
+                         f"{weight.shape} do not match (expected weight (out, {x.shape[-1]}))")
+    return Linear.apply(x, weight) if bias is None else Linear.apply(x, weight, bias)
 
 
 def _matmul_out_shape(sa, sb):
