@@ -307,8 +307,7 @@ class SoftmaxCrossEntropy(Function):
 
     @staticmethod
     def forward(ctx, z, q):
-        z = realize(z)  # read by three reductions
-        m = realize(z.max(1, keepdims=True))
+        m = realize(z.max(1, keepdims=True))  # z may stay lazy: each reduction fuses it
         c = z - m
         s = realize(apply_op("exp", c).sum(1, keepdims=True))
         ctx.save_for_backward(z, q, m, s)
