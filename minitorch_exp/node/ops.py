@@ -4,9 +4,10 @@ The primitives are few -- elementwise maps (any registered op, with the
 derivative stored beside it in ``tensor/ops.py``), expand, reshape, permute,
 indexing, reductions, matmul, cat -- and the rest (softmax, log_softmax,
 logsumexp, mean-squared error) are written with them, so they fuse and
-differentiate for free. Softmax cross-entropy is the one exception: its
-gradient is one short expression, much cheaper than the chain rule through
-the ops it is made of (``SoftmaxCrossEntropy``).
+differentiate for free. Two exceptions earn their own Function because every
+training step runs them: softmax cross-entropy, whose gradient is one short
+expression instead of the chain rule through six ops (``SoftmaxCrossEntropy``),
+and ``linear``, one node instead of four (``Linear``).
 """
 
 from __future__ import annotations
