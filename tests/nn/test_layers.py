@@ -180,6 +180,26 @@ def test_linear_manual_values(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_linear_on_one_vector_and_its_gradients(device):
+    w, b = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), np.array([0.5, -0.5, 1.0])
+    x_np, g = np.array([1.0, -2.0]), np.array([1.0, 10.0, 100.0])
+    x = mt.tensor(x_np, dtype=mt.float64, device=device, requires_grad=True)
+    weight = mt.tensor(w, dtype=mt.float64, device=device, requires_grad=True)
+    bias = mt.tensor(b, dtype=mt.float64, device=device, requires_grad=True)
+    y = nn.functional.linear(x, weight, bias)
+    np.testing.assert_allclose(y.numpy(), w @ x_np + b)
+    (y * mt.tensor(g, dtype=mt.float64, device=device)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), w.T @ g)
+    np.testing.assert_allclose(weight.grad.numpy(), np.outer(g, x_np))
+    np.testing.assert_allclose(bias.grad.numpy(), g)
+
+
+def test_linear_names_mismatched_shapes():
+    with pytest.raises(ValueError, match=r"input of shape \(4, 3\) and weight of shape \(2, 5\)"):
+        nn.functional.linear(node(arr(4, 3)), node(arr(2, 5)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_leaky_relu_and_gelu_known_values(device):
     x = mt.tensor([-2.0, 0.0, 3.0], device=device)
     rtol, _ = tolerance(device, 1e-6, 0.0)
