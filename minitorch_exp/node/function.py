@@ -74,22 +74,20 @@ class Context:
         self.freed = True
 
 
-def _storages(values):
+def _storages(values) -> list:
     """Every Storage a value reads, walking lazy expression trees down to their tensors."""
-    seen: dict[int, object] = {}
+    found: dict[int, object] = {}
     stack = [v for v in values if isinstance(v, Exp)]
-    visited: set[int] = set()
+    visited: set[int] = set()  # inner nodes only: a tree may share subtrees
     while stack:
         e = stack.pop()
-        if id(e) in visited:
-            continue
-        visited.add(id(e))
         if e.kind == RVALUE:
-            seen[id(e.storage)] = e.storage
-        else:
+            found[id(e.storage)] = e.storage
+        elif id(e) not in visited:
+            visited.add(id(e))
             realized = getattr(e, "realized", None)
             stack.extend([realized] if realized is not None else e.children())
-    return list(seen.values())
+    return list(found.values())
 
 
 class Function:
