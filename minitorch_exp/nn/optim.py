@@ -24,7 +24,7 @@ import math
 from ..node.grad_mode import no_grad
 from ..node.node import Node
 from ..tensor.creation import new_empty, zeros_like
-from ..tensor.engine import assign
+from ..tensor.engine import assign_all
 from ..tensor.expr import sqrt
 
 
@@ -230,12 +230,13 @@ class SGD(Optimizer):
             p -= lr * grad
             return
         buf = state.get("momentum_buffer")
-        if buf is None:
+        if buf is None:  # the first step takes the gradient as it is, as torch does
             buf = state["momentum_buffer"] = zeros_like(p)
-            assign(buf, grad)
+            new_buf = grad
         else:
-            buf[...] = mom * buf + (1.0 - group["dampening"]) * grad
-        p -= lr * (grad + mom * buf if group["nesterov"] else buf)
+            new_buf = mom * buf + (1.0 - group["dampening"]) * grad
+        assign_all([(buf, new_buf),  # one kernel: p's statement reads the new buf
+                    (p, lr * (grad + mom * buf if group["nesterov"] else buf), "-=")])
 
 
 class Adam(Optimizer):
@@ -257,13 +258,13 @@ class Adam(Optimizer):
         state["step"] += 1
         t = state["step"]
         m, v = state["exp_avg"], state["exp_avg_sq"]
-        if wd and self.decoupled:
-            p *= 1.0 - lr * wd
+        decay = [(p, p * (1.0 - lr * wd))] if wd and self.decoupled else []
         grad = g + wd * p if wd and not self.decoupled else g
-        m[...] = b1 * m + (1.0 - b1) * grad
-        v[...] = b2 * v + (1.0 - b2) * grad * grad
         bias1, bias2 = 1.0 - b1 ** t, 1.0 - b2 ** t
-        p -= (lr / bias1) * m / (sqrt(v) * (1.0 / math.sqrt(bias2)) + eps)
+        assign_all([*decay,  # one kernel: each statement reads the ones before it
+                    (m, b1 * m + (1.0 - b1) * grad),
+                    (v, b2 * v + (1.0 - b2) * grad * grad),
+                    (p, (lr / bias1) * m / (sqrt(v) * (1.0 / math.sqrt(bias2)) + eps), "-=")])
 
 
 class AdamW(Adam):

@@ -24,7 +24,7 @@ from .creation import (
 )
 from .device import Device, as_device, cuda_available
 from .dtypes import bool_, float32, float64, int32, int64
-from .engine import assign, evaluate
+from .engine import assign, assign_all, evaluate
 from .expr import (
     Exp,
     apply_op,
@@ -48,7 +48,7 @@ from .tensor import Tensor, from_array, from_numpy, tensor
 
 __all__ = [
     "Device", "Exp", "Layout", "Storage", "Tensor", "apply_op", "arange", "as_device",
-    "assign", "bool_", "broadcast_shapes", "clip", "count_kernels", "cpu_backend",
+    "assign", "assign_all", "bool_", "broadcast_shapes", "clip", "count_kernels", "cpu_backend",
     "cuda_available", "default_generator", "empty", "empty_like", "evaluate", "exp",
     "float32", "float64", "from_array", "from_numpy", "full", "full_like", "int32", "int64",
     "kernel_counts", "log", "manual_seed", "matmul", "maximum", "minimum", "ones",

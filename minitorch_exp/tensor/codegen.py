@@ -118,12 +118,12 @@ def user_op_symbol(name: str) -> str:
     return f"_op_{name}"
 
 
-def leaf_names(plan) -> list[str]:
-    return [f"x{i}" for i in range(plan.n_leaves)]
+def leaf_names(plan, prefix: str = "") -> list[str]:
+    return [f"{prefix}x{i}" for i in range(plan.n_leaves)]
 
 
-def scalar_names(plan) -> list[str]:
-    return [f"s{i}" for i in range(len(plan.scalar_types))]
+def scalar_names(plan, prefix: str = "") -> list[str]:
+    return [f"{prefix}s{i}" for i in range(len(plan.scalar_types))]
 
 
 def input_dtypes(plan) -> list[np.dtype]:
@@ -131,20 +131,21 @@ def input_dtypes(plan) -> list[np.dtype]:
     return list(plan.leaf_dtypes) + [SCALAR_DTYPES[t] for t in plan.scalar_types]
 
 
-def render_body(plan, dialect: Dialect) -> tuple[list[str], str, np.dtype]:
+def render_body(plan, dialect: Dialect, prefix: str = "") -> tuple[list[str], str, np.dtype]:
     """The Plan's instructions as one declaration each.
 
     Leaves must already be loaded into ``x0, x1, ...`` and scalars be in
-    ``s0, s1, ...``. Returns ``(lines, result_name, result_dtype)``.
+    ``s0, s1, ...`` (each name after ``prefix``, which keeps the statements of
+    one kernel apart). Returns ``(lines, result_name, result_dtype)``.
     """
-    names = leaf_names(plan) + scalar_names(plan)
+    names = leaf_names(plan, prefix) + scalar_names(plan, prefix)
     kinds = input_dtypes(plan)
     lines = []
     for k, ins in enumerate(plan.instrs):
         args = [_operand(dialect, names[a], kinds[a], ins, i) for i, a in enumerate(ins.args)]
         # A cast's compute dtype is its source dtype: declaring converts it.
         expr = args[0] if ins.op == "cast" else dialect.apply(OPS[ins.op], args, ins.compute)
-        names.append(f"t{k}")
+        names.append(f"{prefix}t{k}")
         kinds.append(ins.dtype)
         lines.append(dialect.declare(names[-1], ins.dtype, expr))
     return lines, names[plan.out], kinds[plan.out]

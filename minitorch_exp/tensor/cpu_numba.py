@@ -128,19 +128,40 @@ def kernel_source(plan, ndim: int, saver: str = "=", kinds: tuple[str, ...] | No
     defaults to the Plan's result dtype.
     """
     kinds = kinds or ("1",) * (1 + plan.n_leaves)
-    dst_dtype = np.dtype(dst_dtype or plan.dtype)
-    functions = [_elementwise_function(name, plan, ndim, saver, kinds, dst_dtype, parallel)
+    return group_source([plan], ndim, [saver], kinds, [np.dtype(dst_dtype or plan.dtype)])
+
+
+def group_source(plans, ndim: int, savers, kinds: tuple[str, ...], dst_dtypes) -> str:
+    """The module for several statements run one after another *per element*.
+
+    Statement ``k`` writes ``plans[k]`` into dst ``k`` with ``savers[k]``.
+    ``kinds`` are each dst's innermost stride kind, then each statement's
+    leaves'. ``d<j>`` (``d`` when there is one statement) marks a leaf -- or a
+    later dst -- that is dst ``j`` at the same element: it is read from there,
+    or from the local holding what an earlier statement stored there, so each
+    statement sees the ones before it and the loop still vectorizes. One
+    statement gives exactly the kernel of ``kernel_source``.
+    """
+    functions = [_elementwise_function(name, plans, ndim, savers, kinds, dst_dtypes, parallel)
                  for name, parallel in (("serial", False), ("parallel", True))]
-    return _module_text(plan, functions)
+    return _module_text(plans, functions)
 
 
-def _elementwise_function(name, plan, ndim, saver, kinds, dst_dtype, parallel) -> list[str]:
-    kind_of = {"out": kinds[0], **{f"in{i}": k for i, k in enumerate(kinds[1:])}}
-    arrays = [arr for arr, kind in kind_of.items() if kind != "d"]
+def _elementwise_function(name, plans, ndim, savers, kinds, dst_dtypes, parallel) -> list[str]:
+    one = len(plans) == 1  # a single statement keeps the short names: out, p, in0, x0
+    outs = ["out"] if one else [f"out{j}" for j in range(len(plans))]
+    spots = ["p"] if one else [f"p{j}" for j in range(len(plans))]
+    prefixes = [""] if one else [f"a{k}_" for k in range(len(plans))]
+    leaves = [(k, i, f"in{i}" if one else f"in{k}_{i}")
+              for k, plan in enumerate(plans) for i in range(plan.n_leaves)]
+    kind_of = dict(zip(outs + [arr for _, _, arr in leaves], kinds))
+    home = [int(kind_of[out][1:]) if kind_of[out][0] == "d" else j for j, out in enumerate(outs)]
+    arrays = [arr for arr, kind in kind_of.items() if kind[0] != "d"]
     params = [f"n{d}" for d in range(ndim)]
     for arr in arrays:
         params += [arr, f"{arr}_o"] + _stride_params(arr, ndim, kind_of[arr])
-    lines = [f"def {name}({', '.join(params + C.scalar_names(plan))}):"]
+    params += [name for plan, pre in zip(plans, prefixes) for name in C.scalar_names(plan, pre)]
+    lines = [f"def {name}({', '.join(params)}):"]
     base = {arr: f"{arr}_o" for arr in arrays}
     for d in range(ndim - 1):  # outer loops: advance each operand's base position
         lines.append(_loop(1 + d, f"i{d}", f"n{d}", parallel and d == 0))
@@ -148,17 +169,32 @@ def _elementwise_function(name, plan, ndim, saver, kinds, dst_dtype, parallel) -
             lines.append(_pad(2 + d) + f"{arr}_p{d} = {base[arr]} + i{d} * {arr}_s{d}")
             base[arr] = f"{arr}_p{d}"
     inner = ndim - 1
-    lines += [_pad(ndim) + f"x{i} = in{i}[np.uint64({base[f'in{i}']})]"
-              for i, kind in enumerate(kinds[1:]) if kind == "0"]
+    lines += [_pad(ndim) + f"{prefixes[k]}x{i} = {arr}[np.uint64({base[arr]})]"
+              for k, i, arr in leaves if kind_of[arr] == "0"]
     lines.append(_loop(ndim, f"i{inner}", f"n{inner}", parallel and inner == 0))
-    body = [f"p = np.uint64({_position('out', base['out'], kinds[0], inner)})"]
-    for i, kind in enumerate(kinds[1:]):
-        if kind == "d":
-            body.append(f"x{i} = out[p]")
-        elif kind != "0":
-            position = _position(f"in{i}", base[f"in{i}"], kind, inner)
-            body.append(f"x{i} = in{i}[np.uint64({position})]")
-    body += _body_and_save(plan, saver, dst_dtype)
+    body = [f"{spots[j]} = np.uint64({_position(out, base[out], kind_of[out], inner)})"
+            for j, out in enumerate(outs) if home[j] == j]
+    stored: dict[int, str] = {}  # dst j -> the local last stored there
+    for k, plan in enumerate(plans):
+        for kk, i, arr in leaves:
+            kind = kind_of[arr]
+            if kk != k or kind == "0":
+                continue
+            if kind[0] == "d":  # the element dst j is at
+                j = int(kind[1:] or 0)
+                value = stored.get(j, f"{outs[j]}[{spots[j]}]")
+            else:
+                value = f"{arr}[np.uint64({_position(arr, base[arr], kind, inner)})]"
+            body.append(f"{prefixes[k]}x{i} = {value}")
+        j = home[k]
+        target = f"{outs[j]}[{spots[j]}]"
+        rendered, value = _body_and_value(plan, savers[k], dst_dtypes[k], prefixes[k],
+                                          stored.get(j, target))
+        if one:
+            body += rendered + [f"{target} = {value}"]
+        else:  # keep what is stored in a local: later statements read it from there
+            stored[j] = f"{prefixes[k]}r"
+            body += rendered + [f"{stored[j]} = {value}", f"{target} = {stored[j]}"]
     return lines + [_pad(ndim + 1) + line for line in body]
 
 
@@ -174,17 +210,22 @@ def _position(arr: str, base: str, kind: str, inner: int) -> str:
     return f"{base} + i{inner} * {arr}_s{inner}"
 
 
-def _body_and_save(plan, saver, dst_dtype) -> list[str]:
-    body, result, result_dtype = C.render_body(plan, C.PYTHON)
+def _body_and_value(plan, saver, dst_dtype, prefix: str, current: str) -> tuple[list[str], str]:
+    """The Plan's lines, and what the saver stores where dst holds ``current``."""
+    body, result, result_dtype = C.render_body(plan, C.PYTHON, prefix)
     value = C.saver_value(C.PYTHON, plan, result, result_dtype, dst_dtype)
-    return body + [_store(saver, value, result_dtype, dst_dtype)]
+    return body, _stored(saver, value, result_dtype, dst_dtype, current)
 
 
 def _store(saver: str, value: str, value_dtype, dst_dtype) -> str:
     """``out[p] = ...``: the saver's result, converted to dst's dtype when it differs."""
+    return f"out[p] = {_stored(saver, value, value_dtype, dst_dtype, 'out[p]')}"
+
+
+def _stored(saver: str, value: str, value_dtype, dst_dtype, current: str) -> str:
     if saver == "=" and value_dtype == dst_dtype:
-        return f"out[p] = {value}"
-    return f"out[p] = {C.PYTHON.convert(C.saved_expr(saver, 'out[p]', value), dst_dtype)}"
+        return value
+    return C.PYTHON.convert(C.saved_expr(saver, current, value), dst_dtype)
 
 
 def _loop(depth: int, var: str, size: str, parallel: bool) -> str:
@@ -195,16 +236,18 @@ def _pad(depth: int) -> str:
     return "    " * depth
 
 
-def _module_text(plan, functions: list[list[str]], fastmath: bool = False) -> str:
-    user_ops = _user_op_fingerprints(plan)
+def _module_text(plans, functions: list[list[str]], fastmath: bool = False) -> str:
+    user_ops = sorted({line for plan in plans for line in _user_op_fingerprints(plan)})
     # A kernel that calls a user's function is not cached on disk: numba would record
     # that function by its module, which another process may not be able to import
     # (a script's __main__, code run with exec); it is compiled once per process.
     cache = "False" if user_ops else "True"
     options = f'cache={cache}, error_model="numpy"' + \
         (', fastmath={"reassoc"}' if fastmath else "")
-    header = ["# Generated by minitorch_exp.tensor.cpu_numba -- do not edit.", "# Plan:"]
-    header += ["#" + line for line in plan.describe().splitlines()]
+    header = ["# Generated by minitorch_exp.tensor.cpu_numba -- do not edit."]
+    for k, plan in enumerate(plans):
+        header.append("# Plan:" if len(plans) == 1 else f"# Plan of statement {k}:")
+        header += ["#" + line for line in plan.describe().splitlines()]
     header += [f"# {line}" for line in user_ops]
     header += ["import math", "", "import numpy as np", "from numba import njit, prange",
                "from numpy import log as _log, sqrt as _sqrt", ""]
@@ -239,7 +282,7 @@ def reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
     spec = _ReduceSpec(plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype)
     functions = [spec.function(name, parallel)
                  for name, parallel in (("serial", False), ("parallel", True))]
-    return _module_text(plan, functions, fastmath=op in ("sum", "mean"))
+    return _module_text([plan], functions, fastmath=op in ("sum", "mean"))
 
 
 def _identity(op: str, dtype: np.dtype) -> str:
@@ -501,6 +544,38 @@ class NumbaBackend:
         fn(*args)
         return None if True in loops.copies else (fn, args)
 
+    def elementwise_group(self, dsts, planned, savers) -> bool:
+        """Run statements ``(plan, leaves, scalars)`` into ``dsts`` as one loop (see
+        ``engine.assign_all``); False, having run nothing, when they cannot share one."""
+        plans = [plan for plan, _, _ in planned]
+        n = dsts[0].numel()
+        if n >= NUMPY_FROM and any(numpy_is_faster(plan) for plan in plans):
+            return False
+        leaves = [t for _, group, _ in planned for t in group]
+        loops = _group_loops(dsts, leaves)
+        if loops is None:
+            return False
+        key = (tuple(plans), len(loops.shape), tuple(savers), loops.kinds,
+               tuple(d.dtype.char for d in dsts))
+        kernel = _GROUP_KERNELS.get(key)
+        if kernel is None:
+            try:
+                kernel = _GROUP_KERNELS[key] = _group_kernel(plans, key, savers, dsts)
+            except UserOpCompileError:
+                return False  # each statement alone then says why, once
+        count("cpu", "fused")
+        if n == 0:
+            return True
+        args = list(loops.shape)
+        for t, tail in zip([*dsts, *leaves], loops.tails):
+            if tail is not None:
+                args += [t.storage.data, *tail]
+        for _, _, scalars in planned:
+            args += scalars
+        work = n * (len(dsts) + len(leaves) + sum(len(plan.instrs) for plan in plans))
+        (kernel.parallel if _go_parallel(work) else kernel.serial)(*args)
+        return True
+
     def dot(self, dst, a, b, saver: str) -> None:
         self.fallback.dot(dst, a, b, saver)
 
@@ -614,6 +689,80 @@ def _plan_loops(dst, leaves) -> LoopLayout | None:
              (offsets[k], *strides[k][:len(shape) - (kind != "s")])
              for k, kind in enumerate(kinds)]
     return LoopLayout(shape, tails, kinds, tuple(copies))
+
+
+class GroupLoops(NamedTuple):
+    """How one kernel of several statements walks memory (see ``_group_loops``)."""
+
+    shape: L.Shape                      # merged loop sizes, outermost first
+    tails: list                         # per dst, then per leaf: (offset, *strides) or None
+    kinds: tuple[str, ...]              # the same order; ``d<j>``: the element dst j is at
+
+
+_GROUP_LOOPS: dict[tuple, GroupLoops | None] = {}
+
+
+def _group_loops(dsts, leaves) -> GroupLoops | None:
+    """The loop nest for statements writing ``dsts`` from ``leaves`` (all statements').
+
+    Like ``_loop_layout`` it depends only on the layouts and on which operands
+    share a storage, so it is worked out once per such combination.
+    """
+    first: dict[int, int] = {}
+    key = (len(dsts), *[(t.layout, first.setdefault(id(t.storage), k))
+                        for k, t in enumerate([*dsts, *leaves])])
+    found = _GROUP_LOOPS.get(key, False)
+    if found is False:
+        if len(_GROUP_LOOPS) > 4096:
+            _GROUP_LOOPS.clear()
+        found = _GROUP_LOOPS[key] = _plan_group_loops(dsts, leaves)
+    return found
+
+
+def _plan_group_loops(dsts, leaves) -> GroupLoops | None:
+    """None when the statements cannot share one loop: an operand that meets a dst's
+    storage anywhere but at the element being written (an element written earlier
+    in the loop would be read too late, or one written later too soon)."""
+    shape = dsts[0].shape
+    layouts, same_as = [], []
+    for k, d in enumerate(dsts):
+        layouts.append(d.layout)
+        same_as.append(_same_element(d.storage, d.layout, dsts[:k]))
+        if same_as[-1] is None and any(overlaps(o, d.storage, d.layout) for o in dsts[:k]):
+            return None
+    for t in leaves:
+        lay = L.broadcast_layout(t.layout, shape)
+        if any(overlaps(d, t.storage, lay) for d in dsts):
+            return None
+        layouts.append(lay)
+        same_as.append(_same_element(t.storage, lay, dsts))
+    shape, strides, offsets = C.iteration_layout(shape, layouts)
+    if len(shape) > MAX_DIMS:
+        return None
+    one = len(dsts) == 1
+    kinds = tuple(C.inner_kind(st) if j is None else "d" if one else f"d{j}"
+                  for st, j in zip(strides, same_as))
+    tails = [None if kind[0] == "d" else (offsets[k], *strides[k][:len(shape) - (kind != "s")])
+             for k, kind in enumerate(kinds)]
+    return GroupLoops(shape, tails, kinds)
+
+
+def _same_element(storage, layout, dsts) -> int | None:
+    """The first of ``dsts`` that is ``layout`` of ``storage``: the same elements."""
+    return next((j for j, d in enumerate(dsts) if d.storage is storage and d.layout == layout),
+                None)
+
+
+_GROUP_KERNELS: dict[tuple, object] = {}
+
+
+def _group_kernel(plans, key, savers, dsts):
+    with _LOCK:
+        bindings = {}
+        for plan in plans:
+            bindings.update(_user_bindings(plan))
+        source = group_source(plans, key[1], savers, key[3], [d.dtype for d in dsts])
+        return load_module(source, bindings)
 
 
 def _private_copy(t):

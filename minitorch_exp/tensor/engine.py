@@ -21,7 +21,20 @@ from . import counters
 from . import expr as _expr
 from . import layout as L
 from .backends import backend_for
-from .expr import COMPLEX, MAPPER, RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, operand_str
+from .expr import (
+    COMPLEX,
+    MAPPER,
+    RVALUE,
+    Cast,
+    Dot,
+    Exp,
+    Map,
+    Reduce,
+    Scalar,
+    ViewExp,
+    as_exp,
+    operand_str,
+)
 from .plan import NotElementwise, make_plan
 from .tensor import Tensor
 
@@ -77,6 +90,39 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         debug_run(_dispatch, dst, e, saver)
     else:
         _dispatch(dst, e, saver, planned, prepare)
+
+
+def assign_all(statements) -> None:
+    """Run several assignments as if one after another -- in one fused pass when they can.
+
+    ``statements``: ``(dst, e)`` or ``(dst, e, saver)`` tuples, as in ``assign``.
+    They share one loop when every ``e`` is elementwise, every dst has the same
+    shape and device, and no statement reads a dst at another element than the
+    one being written; each element then runs the statements in order, so a
+    statement reading an earlier one's dst sees what it stored (Adam's ``m``,
+    ``v`` and ``w`` updates are one kernel). Otherwise, or on a device without
+    a grouped kernel, they run one at a time. The result is the same either way.
+    """
+    items = [(dst, as_exp(e), rest[0] if rest else "=") for dst, e, *rest in statements]
+    if not items:
+        return
+    for dst, e, saver in items:
+        if not _fast_checks_pass(dst, e, saver):
+            _check_assign(dst, e, saver)
+    shape, device = items[0][0].shape, items[0][0].device
+    run_group = getattr(backend_for(device), "elementwise_group", None)
+    if len(items) > 1 and run_group is not None and not counters.DEBUG and all(
+            dst.shape == shape and dst.device == device for dst, _, _ in items):
+        for dst, _, _ in items:  # first, so that the plans see what this realizes
+            dst.storage.before_write()
+        try:
+            plans = [make_plan(e, dst.ndim) for dst, e, _ in items]
+        except NotElementwise:  # a dot or reduction: its own kernel, one at a time
+            plans = None
+        if plans and run_group([d for d, _, _ in items], plans, [s for _, _, s in items]):
+            return
+    for dst, e, saver in items:
+        assign(dst, e, saver)
 
 
 def _fast_checks_pass(dst, e: Exp, saver: str) -> bool:
