@@ -7,8 +7,9 @@ Two updates on float32 vectors of 1e3 .. 1e7 elements:
   ``w -= lr m_hat / (sqrt(v_hat) + eps)`` -- three statements, a dozen ops.
 
 Rows: ours with the NumPy block evaluator and the numba evaluator (1 and 2
-threads; and with the statements built once and assigned every call, which
-replays a prepared kernel call), naive NumPy (full-size temporaries, the
+threads; with the statements built once and assigned every call, which
+replays a prepared kernel call; and for Adam, its three statements as one
+``assign_all``, one loop), naive NumPy (full-size temporaries, the
 baseline), hand-written NumPy with ``out=``, numexpr, PyTorch eager in place,
 optionally ``torch.compile`` (``--torch-compile``; its first compile takes
 ~30 s here), and the memory floor for the bytes the update must move at least
@@ -145,6 +146,16 @@ def adam_ours_built_once(n, device="cpu"):
     return step
 
 
+def adam_ours_one_kernel(n, device="cpu"):
+    """The three statements as one ``assign_all``: one loop on the CPU."""
+    w, g, m, v = ours_arrays(n, 4, device)
+
+    def step():
+        mt.assign_all([(m, B1 * m + (1 - B1) * g), (v, B2 * v + (1 - B2) * g * g),
+                       (w, w - LR * (m / C1) / ((v / C2).sqrt() + EPS))])
+    return step
+
+
 def adam_naive(n, xp=np):
     w, g, m, v = arrays(n, 4, xp)
 
@@ -243,6 +254,11 @@ def time_ours(table, update, n, min_time) -> None:
         set_threads(1)
         table.add("ours numba 1T, built once", n,
                   timeit(OURS_BUILT_ONCE[update](n), min_time=min_time))
+        if update == "adam":
+            for threads in (1, 2):
+                set_threads(threads)
+                table.add(f"ours numba {threads}T, assign_all", n,
+                          timeit(adam_ours_one_kernel(n), min_time=min_time))
     set_threads(2)
 
 
