@@ -655,6 +655,16 @@ class LoopLayout(NamedTuple):
 _LOOP_LAYOUTS: dict[tuple, LoopLayout | None] = {}
 
 
+def _memo(table: dict, key, make):
+    """``table[key]``, made by ``make()`` the first time; bounded (cleared past 4096)."""
+    found = table.get(key, False)
+    if found is False:
+        if len(table) > 4096:
+            table.clear()
+        found = table[key] = make()
+    return found
+
+
 def _loop_layout(dst, leaves) -> LoopLayout | None:
     """The loop nest for writing ``dst`` from ``leaves``; None beyond MAX_DIMS.
 
@@ -663,12 +673,7 @@ def _loop_layout(dst, leaves) -> LoopLayout | None:
     """
     storage = dst.storage
     key = (dst.layout, *[(t.layout, t.storage is storage) for t in leaves])
-    found = _LOOP_LAYOUTS.get(key, False)
-    if found is False:
-        if len(_LOOP_LAYOUTS) > 4096:
-            _LOOP_LAYOUTS.clear()
-        found = _LOOP_LAYOUTS[key] = _plan_loops(dst, leaves)
-    return found
+    return _memo(_LOOP_LAYOUTS, key, lambda: _plan_loops(dst, leaves))
 
 
 def _plan_loops(dst, leaves) -> LoopLayout | None:
@@ -711,12 +716,7 @@ def _group_loops(dsts, leaves) -> GroupLoops | None:
     first: dict[int, int] = {}
     key = (len(dsts), *[(t.layout, first.setdefault(id(t.storage), k))
                         for k, t in enumerate([*dsts, *leaves])])
-    found = _GROUP_LOOPS.get(key, False)
-    if found is False:
-        if len(_GROUP_LOOPS) > 4096:
-            _GROUP_LOOPS.clear()
-        found = _GROUP_LOOPS[key] = _plan_group_loops(dsts, leaves)
-    return found
+    return _memo(_GROUP_LOOPS, key, lambda: _plan_group_loops(dsts, leaves))
 
 
 def _plan_group_loops(dsts, leaves) -> GroupLoops | None:
@@ -803,12 +803,7 @@ def _reduce_loops(dst, e, leaves) -> ReduceLoops | None:
     """
     key = (dst.layout, e.x.shape, e.axes, e.kept_shape,
            tuple((t.layout, t.storage is dst.storage) for t in leaves))
-    found = _REDUCE_LOOPS.get(key, False)
-    if found is False:
-        if len(_REDUCE_LOOPS) > 4096:
-            _REDUCE_LOOPS.clear()
-        found = _REDUCE_LOOPS[key] = _plan_reduce_loops(dst, e, leaves)
-    return found
+    return _memo(_REDUCE_LOOPS, key, lambda: _plan_reduce_loops(dst, e, leaves))
 
 
 def _plan_reduce_loops(dst, e, leaves) -> ReduceLoops | None:
