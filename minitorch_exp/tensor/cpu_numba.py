@@ -150,12 +150,10 @@ def group_source(plans, ndim: int, savers, kinds: tuple[str, ...], dst_dtypes) -
 def _elementwise_function(name, plans, ndim, savers, kinds, dst_dtypes, parallel) -> list[str]:
     one = len(plans) == 1  # a single statement keeps the short names: out, p, in0, x0
     outs = ["out"] if one else [f"out{j}" for j in range(len(plans))]
-    spots = ["p"] if one else [f"p{j}" for j in range(len(plans))]
+    ins = [[f"in{i}" if one else f"in{k}_{i}" for i in range(plan.n_leaves)]
+           for k, plan in enumerate(plans)]
     prefixes = [""] if one else [f"a{k}_" for k in range(len(plans))]
-    leaves = [(k, i, f"in{i}" if one else f"in{k}_{i}")
-              for k, plan in enumerate(plans) for i in range(plan.n_leaves)]
-    kind_of = dict(zip(outs + [arr for _, _, arr in leaves], kinds))
-    home = [int(kind_of[out][1:]) if kind_of[out][0] == "d" else j for j, out in enumerate(outs)]
+    kind_of = dict(zip(outs + [arr for arrs in ins for arr in arrs], kinds))
     arrays = [arr for arr, kind in kind_of.items() if kind[0] != "d"]
     params = [f"n{d}" for d in range(ndim)]
     for arr in arrays:
@@ -169,23 +167,35 @@ def _elementwise_function(name, plans, ndim, savers, kinds, dst_dtypes, parallel
             lines.append(_pad(2 + d) + f"{arr}_p{d} = {base[arr]} + i{d} * {arr}_s{d}")
             base[arr] = f"{arr}_p{d}"
     inner = ndim - 1
-    lines += [_pad(ndim) + f"{prefixes[k]}x{i} = {arr}[np.uint64({base[arr]})]"
-              for k, i, arr in leaves if kind_of[arr] == "0"]
+    lines += [_pad(ndim) + f"{pre}x{i} = {arr}[np.uint64({base[arr]})]"
+              for arrs, pre in zip(ins, prefixes) for i, arr in enumerate(arrs)
+              if kind_of[arr] == "0"]
     lines.append(_loop(ndim, f"i{inner}", f"n{inner}", parallel and inner == 0))
-    body = [f"{spots[j]} = np.uint64({_position(out, base[out], kind_of[out], inner)})"
-            for j, out in enumerate(outs) if home[j] == j]
+    at = {arr: _position(arr, base[arr], kind, inner)
+          for arr, kind in kind_of.items() if kind[0] != "d"}
+    body = _element_body(plans, savers, dst_dtypes, outs, ins, prefixes, kind_of, at)
+    return lines + [_pad(ndim + 1) + line for line in body]
+
+
+def _element_body(plans, savers, dst_dtypes, outs, ins, prefixes, kind_of, at) -> list[str]:
+    """What one element does: each statement loads its leaves, computes and stores.
+
+    ``at`` is each array's position expression. A ``d<j>`` operand is the element
+    dst ``j`` is at: read from there, or from the local an earlier statement stored.
+    """
+    one = len(plans) == 1
+    spots = ["p"] if one else [f"p{j}" for j in range(len(plans))]
+    home = [_same_dst(kind_of[out], j) for j, out in enumerate(outs)]
+    body = [f"{spots[j]} = np.uint64({at[out]})" for j, out in enumerate(outs) if home[j] == j]
     stored: dict[int, str] = {}  # dst j -> the local last stored there
     for k, plan in enumerate(plans):
-        for kk, i, arr in leaves:
+        for i, arr in enumerate(ins[k]):
             kind = kind_of[arr]
-            if kk != k or kind == "0":
-                continue
-            if kind[0] == "d":  # the element dst j is at
-                j = int(kind[1:] or 0)
-                value = stored.get(j, f"{outs[j]}[{spots[j]}]")
-            else:
-                value = f"{arr}[np.uint64({_position(arr, base[arr], kind, inner)})]"
-            body.append(f"{prefixes[k]}x{i} = {value}")
+            if kind[0] == "d":
+                j = _same_dst(kind, None)
+                body.append(f"{prefixes[k]}x{i} = {stored.get(j, f'{outs[j]}[{spots[j]}]')}")
+            elif kind != "0":  # "0" was loaded once, outside the loop
+                body.append(f"{prefixes[k]}x{i} = {arr}[np.uint64({at[arr]})]")
         j = home[k]
         target = f"{outs[j]}[{spots[j]}]"
         rendered, value = _body_and_value(plan, savers[k], dst_dtypes[k], prefixes[k],
@@ -195,7 +205,12 @@ def _elementwise_function(name, plans, ndim, savers, kinds, dst_dtypes, parallel
         else:  # keep what is stored in a local: later statements read it from there
             stored[j] = f"{prefixes[k]}r"
             body += rendered + [f"{stored[j]} = {value}", f"{target} = {stored[j]}"]
-    return lines + [_pad(ndim + 1) + line for line in body]
+    return body
+
+
+def _same_dst(kind: str, default):
+    """The dst a ``d<j>`` kind names (``d`` alone: dst 0); ``default`` for other kinds."""
+    return int(kind[1:] or 0) if kind[0] == "d" else default
 
 
 def _stride_params(arr: str, ndim: int, kind: str) -> list[str]:
@@ -690,10 +705,14 @@ def _plan_loops(dst, leaves) -> LoopLayout | None:
     if len(shape) > MAX_DIMS:
         return None
     kinds = C.operand_kinds(strides, offsets, shares)
-    tails = [None if kind == "d" else
-             (offsets[k], *strides[k][:len(shape) - (kind != "s")])
-             for k, kind in enumerate(kinds)]
-    return LoopLayout(shape, tails, kinds, tuple(copies))
+    return LoopLayout(shape, _tails(shape, strides, offsets, kinds), kinds, tuple(copies))
+
+
+def _tails(shape, strides, offsets, kinds) -> list:
+    """Each operand's kernel arguments after its array: the offset and the strides its
+    kind does not imply (see ``_stride_params``); None for a ``d`` operand (no array)."""
+    return [None if kind[0] == "d" else (offsets[k], *strides[k][:len(shape) - (kind != "s")])
+            for k, kind in enumerate(kinds)]
 
 
 class GroupLoops(NamedTuple):
@@ -742,9 +761,7 @@ def _plan_group_loops(dsts, leaves) -> GroupLoops | None:
     one = len(dsts) == 1
     kinds = tuple(C.inner_kind(st) if j is None else "d" if one else f"d{j}"
                   for st, j in zip(strides, same_as))
-    tails = [None if kind[0] == "d" else (offsets[k], *strides[k][:len(shape) - (kind != "s")])
-             for k, kind in enumerate(kinds)]
-    return GroupLoops(shape, tails, kinds)
+    return GroupLoops(shape, _tails(shape, strides, offsets, kinds), kinds)
 
 
 def _same_element(storage, layout, dsts) -> int | None:
