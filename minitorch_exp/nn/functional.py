@@ -8,6 +8,7 @@ import numpy as np
 
 from ..node import ops
 from ..node.node import Node
+from ..tensor.creation import default_generator
 from ..tensor.tensor import from_array
 
 
@@ -47,7 +48,6 @@ def dropout(x: Node, p: float = 0.5, training: bool = True, generator=None) -> N
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0.0:
         return x
-    from ..tensor.creation import default_generator
     rng = generator or default_generator()
     keep = (rng.random(x.shape) >= p).astype(x.dtype) * np.asarray(1.0 / (1.0 - p), x.dtype)
     return x * from_array(keep).to(x.device)

@@ -29,8 +29,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
             raise TypeError(f"gradcheck: input {i} is {x.dtype.name}; use float64 inputs")
     out = fn(*inputs)
     rng = np.random.default_rng(seed)
-    weights = Node(from_array(rng.uniform(0.5, 1.5, out.shape).astype(np.float64)))
-    weights = weights.to(out.device)
+    weights = Node(from_array(rng.uniform(0.5, 1.5, out.shape).astype(np.float64))).to(out.device)
     for x in inputs:
         if isinstance(x, Node):
             x.grad = None

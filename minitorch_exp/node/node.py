@@ -16,8 +16,8 @@ import numpy as np
 
 from ..tensor import creation, dtypes
 from ..tensor.device import as_device
-from ..tensor.engine import realize
-from ..tensor.expr import RVALUE, Exp, Map
+from ..tensor.engine import assign, realize
+from ..tensor.expr import RVALUE, Exp, Map, as_exp
 from ..tensor.tensor import Tensor, from_array
 from ..tensor.tensor import tensor as make_tensor
 from .function import _storages
@@ -190,8 +190,6 @@ class Node:
                                  f"tensor {self.shape}")
             return out
         other = other._value if isinstance(other, Node) else other
-        from ..tensor.engine import assign
-        from ..tensor.expr import as_exp
         assign(self.value, as_exp(other), saver)
         return self
 

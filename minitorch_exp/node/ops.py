@@ -19,9 +19,9 @@ import numpy as np
 from ..tensor import creation, dtypes
 from ..tensor.engine import evaluate_copy, realize
 from ..tensor.expr import Dot, Exp, apply_op, as_exp
-from ..tensor.layout import broadcast_shapes, normalize_axes, normalize_shape
+from ..tensor.layout import broadcast_shapes, infer_shape, normalize_axes, normalize_shape
 from ..tensor.ops import OPS
-from ..tensor.tensor import Tensor, from_array
+from ..tensor.tensor import Tensor, _is_basic_index, from_array
 from .function import Function
 from .node import Node
 
@@ -108,7 +108,6 @@ class Reshape(Function):
 
 
 def reshape(x: Node, *shape) -> Node:
-    from ..tensor.layout import infer_shape
     shape = infer_shape(normalize_shape(shape), x.numel())
     return x if shape == x.shape else Reshape.apply(x, shape=shape)
 
@@ -179,18 +178,13 @@ class GetItem(Function):
         key = ctx.attrs["key"]
         grad = creation.zeros(shape, dtype=dtype, device=device)
         g = realize(g)
-        if _is_basic(key):
+        if _is_basic_index(key):
             grad[key] = g
         else:
             xp = device.xp
             xp.add.at(grad.array, key, g.array)
             grad.storage.version += 1
         return (grad,)
-
-
-def _is_basic(key) -> bool:
-    from ..tensor.tensor import _is_basic_index
-    return _is_basic_index(key)
 
 
 def getitem(x: Node, key) -> Node:

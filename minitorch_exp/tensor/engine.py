@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import counters
+from . import counters, creation
 from . import expr as _expr
 from . import layout as L
 from .backends import backend_for
@@ -163,8 +163,7 @@ def evaluate(e: Exp):
         if t.is_contiguous():
             return t
         e = t
-    from .creation import new_empty
-    dst = new_empty(e.shape, e.dtype, e.device)
+    dst = creation.new_empty(e.shape, e.dtype, e.device)
     assign(dst, e, prepare=False)
     return dst
 
@@ -180,8 +179,7 @@ def realize(e: Exp):
 
 def evaluate_copy(t):
     """A contiguous copy of the tensor ``t`` (one elementwise pass)."""
-    from .creation import new_empty
-    dst = new_empty(t.shape, t.dtype, t.device)
+    dst = creation.new_empty(t.shape, t.dtype, t.device)
     plan, leaves, scalars = make_plan(t, dst.ndim)
     backend_for(t.device).elementwise(plan, dst, leaves, scalars, "=")
     return dst
