@@ -49,6 +49,20 @@ def broadcastable_to(draw, shape):
                  for n in shape[lead:])
 
 
+def elem_strides(arr: np.ndarray) -> tuple[int, ...]:
+    return tuple(s // arr.itemsize for s in arr.strides)
+
+
+def numpy_can_view(arr: np.ndarray, new) -> bool:
+    """NumPy's own answer: setting ``shape`` on a view raises when a copy is needed."""
+    v = arr.view()
+    try:
+        v.shape = new
+    except AttributeError:
+        return False
+    return True
+
+
 def numel(shape) -> int:
     return math.prod(shape)
 

@@ -6,6 +6,8 @@ copy of it, then compares the *whole* buffer, so a write outside the view fails.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -28,30 +30,16 @@ from .strategies import (
 SAVERS = ["=", "+=", "-=", "*=", "/="]
 
 
-def np_save(dst: np.ndarray, value, saver: str) -> None:
-    if saver == "=":
-        dst[...] = value
-    elif saver == "+=":
-        dst += value
-    elif saver == "-=":
-        dst -= value
-    elif saver == "*=":
-        dst *= value
-    else:
-        dst /= value
+IN_PLACE = {"+=": operator.iadd, "-=": operator.isub, "*=": operator.imul,
+            "/=": operator.itruediv}
 
 
-def mt_save(dst: Tensor, value, saver: str) -> None:
+def save(dst, value, saver: str) -> None:
+    """``dst <saver> value``, written the same way for a NumPy array and a Tensor."""
     if saver == "=":
         dst[...] = value
-    elif saver == "+=":
-        dst += value
-    elif saver == "-=":
-        dst -= value
-    elif saver == "*=":
-        dst *= value
     else:
-        dst /= value
+        IN_PLACE[saver](dst, value)
 
 
 @st.composite
@@ -101,19 +89,19 @@ def test_every_saver_into_every_kind_of_view(device, case, saver, data):
     ref_base, ref_dst, t_base, t_dst = dst_pair(*data.draw(destinations(dshape, dtype)), device)
     try:
         with np.errstate(all="ignore"):
-            np_save(ref_dst, ref, saver)
+            save(ref_dst, ref, saver)
     except TypeError:
         with pytest.raises(TypeError):
-            mt_save(t_dst, e, saver)
+            save(t_dst, e, saver)
         return
     if saver == "=" and not np.can_cast(ref.dtype, dtype, "same_kind"):
         # Stricter than NumPy's setitem on purpose: the engine wants an explicit astype.
         with pytest.raises(TypeError, match="astype"):
-            mt_save(t_dst, e, saver)
+            save(t_dst, e, saver)
         return
     block = data.draw(st.sampled_from([None, 3]))
     with block_size(block):
-        mt_save(t_dst, e, saver)
+        save(t_dst, e, saver)
     assert_matches(t_base, ref_base, scale=tree.scale * 4, f32=tree.f32, device=device)
 
 
@@ -192,12 +180,12 @@ def test_saver_with_python_scalar_follows_numpy(device, dtype, scalar, saver):
     ref, t = a.copy(), on_device(a.copy(), device)
     try:
         with np.errstate(all="ignore"):
-            np_save(ref, scalar, saver)
+            save(ref, scalar, saver)
     except (TypeError, OverflowError):
         with pytest.raises((TypeError, OverflowError)):
-            mt_save(t, scalar, saver)
+            save(t, scalar, saver)
         return
-    mt_save(t, scalar, saver)
+    save(t, scalar, saver)
     assert_matches(t, ref, device=device)
 
 

@@ -20,24 +20,13 @@ from ..devices import DEVICES, on_device
 from .strategies import (
     assert_matches,
     basic_keys,
+    elem_strides,
     np_index,
+    numpy_can_view,
     reshape_targets,
     shapes,
     strided_copy,
 )
-
-
-def elem_strides(arr: np.ndarray) -> tuple[int, ...]:
-    return tuple(s // arr.itemsize for s in arr.strides)
-
-
-def numpy_can_view(arr: np.ndarray, new) -> bool:
-    v = arr.view()
-    try:
-        v.shape = new
-    except AttributeError:
-        return False
-    return True
 
 
 class Step:
