@@ -124,36 +124,34 @@ def seed_torch_compile(n, device="cpu"):
 
 # ---- the Adam update ---------------------------------------------------------
 
+def adam_statements(w, g, m, v) -> list:
+    """Adam's three statements as ``(dst, expression)`` pairs (built, not yet run)."""
+    return [(m, B1 * m + (1 - B1) * g), (v, B2 * v + (1 - B2) * g * g),
+            (w, w - LR * (m / C1) / ((v / C2).sqrt() + EPS))]
+
+
 def adam_ours(n, device="cpu"):
     w, g, m, v = ours_arrays(n, 4, device)
 
-    def step():
-        m[...] = B1 * m + (1 - B1) * g
-        v[...] = B2 * v + (1 - B2) * g * g
-        w[...] = w - LR * (m / C1) / ((v / C2).sqrt() + EPS)
+    def step():  # built every call, as a training loop does; a tree reads when assigned
+        for dst, e in adam_statements(w, g, m, v):
+            dst[...] = e
     return step
 
 
 def adam_ours_built_once(n, device="cpu"):
-    w, g, m, v = ours_arrays(n, 4, device)
-    new_m, new_v = B1 * m + (1 - B1) * g, B2 * v + (1 - B2) * g * g
-    new_w = w - LR * (m / C1) / ((v / C2).sqrt() + EPS)
+    statements = adam_statements(*ours_arrays(n, 4, device))
 
     def step():
-        m[...] = new_m
-        v[...] = new_v
-        w[...] = new_w
+        for dst, e in statements:
+            dst[...] = e
     return step
 
 
 def adam_ours_one_kernel(n, device="cpu"):
     """The three statements as one ``assign_all``: one loop on the CPU."""
     w, g, m, v = ours_arrays(n, 4, device)
-
-    def step():
-        mt.assign_all([(m, B1 * m + (1 - B1) * g), (v, B2 * v + (1 - B2) * g * g),
-                       (w, w - LR * (m / C1) / ((v / C2).sqrt() + EPS))])
-    return step
+    return lambda: mt.assign_all(adam_statements(w, g, m, v))
 
 
 def adam_naive(n, xp=np):
