@@ -434,12 +434,15 @@ def threading_table() -> Table:
     import os
     import subprocess
     table = Table("numba_threading_layer", baseline="workqueue: kernel then blas")
-    for layer in ("workqueue", "omp"):
-        env = dict(os.environ, NUMBA_THREADING_LAYER=layer)
+    setups = {"workqueue": ("workqueue", cpu_numba.GOMP_SPINCOUNT),
+              "omp, libgomp's spin count": ("omp", "300000"),
+              f"omp, spin count {cpu_numba.GOMP_SPINCOUNT}": ("omp", cpu_numba.GOMP_SPINCOUNT)}
+    for label, (layer, spin) in setups.items():
+        env = dict(os.environ, NUMBA_THREADING_LAYER=layer, GOMP_SPINCOUNT=spin)
         out = subprocess.run([sys.executable, __file__, "--threading-child"], env=env,
                              capture_output=True, text=True, check=True).stdout
         for name, seconds in json.loads(out.strip().splitlines()[-1]).items():
-            table.add(f"{layer}: {name}", "2^20 / 256^2", seconds)
+            table.add(f"{label}: {name}", "2^20 / 256^2", seconds)
     return table
 
 

@@ -22,7 +22,7 @@ class Context:
 
     # __dict__: a user Function may keep any attribute on ctx (``ctx.alpha = alpha``)
     __slots__ = ("fn", "inputs", "needs_input_grad", "_saved", "_versions", "freed", "attrs",
-                 "where", "recording", "__dict__")
+                 "where", "recording", "known_reads", "__dict__")
 
     def __init__(self, fn, needs_input_grad):
         self.fn = fn
@@ -34,6 +34,7 @@ class Context:
         self.attrs: dict = {}
         self.where = None
         self.recording = True  # False when no graph is kept: nothing needs saving
+        self.known_reads: dict = {}  # during forward: what the lazy inputs read (apply)
 
     @property
     def name(self) -> str:
@@ -49,7 +50,11 @@ class Context:
         if not self.recording:
             return
         self._saved = values
-        self._versions = tuple((s, s.version) for s in _storages(values))
+        storages = _storages(values, self.known_reads)
+        self._versions = tuple((s, s.version) for s in storages)
+        for v in values:  # what the output reads is among these: lazy_value need not walk
+            if isinstance(v, Exp) and v.kind != RVALUE:
+                self.known_reads[id(v)] = storages
 
     @property
     def saved_tensors(self) -> tuple:
@@ -74,8 +79,13 @@ class Context:
         self.freed = True
 
 
-def _storages(values) -> list:
-    """Every Storage a value reads, walking lazy expression trees down to their tensors."""
+def _storages(values, known: dict) -> tuple:
+    """Every Storage a value reads, walking lazy expression trees down to their tensors.
+
+    ``known`` maps ``id(tree)`` to the storages of trees already walked (the lazy
+    inputs of a Function): a chain of lazy ops then costs one step per op, not
+    one walk of the whole chain.
+    """
     found: dict[int, object] = {}
     stack = [v for v in values if isinstance(v, Exp)]
     visited: set[int] = set()  # inner nodes only: a tree may share subtrees
@@ -85,9 +95,15 @@ def _storages(values) -> list:
             found[id(e.storage)] = e.storage
         elif id(e) not in visited:
             visited.add(id(e))
-            realized = getattr(e, "realized", None)
-            stack.extend([realized] if realized is not None else e.children())
-    return list(found.values())
+            realized = getattr(e, "realized", None)  # a Scalar has none
+            if realized is not None:
+                stack.append(realized)
+            elif id(e) in known:
+                for storage in known[id(e)]:
+                    found[id(storage)] = storage
+            else:
+                stack.extend(e.children())
+    return tuple(found.values())
 
 
 class Function:
@@ -109,16 +125,21 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **attrs):
-        needs = tuple(isinstance(a, _node.Node) and a.requires_grad for a in args)
-        record = any(needs) and is_grad_enabled()
+        Node = _node.Node
+        needs = tuple([isinstance(a, Node) and a.requires_grad for a in args])
+        record = True in needs and is_grad_enabled()
         ctx = Context(cls, needs)
         ctx.attrs = attrs
         ctx.recording = record
-        values = tuple(a._value if isinstance(a, _node.Node) else a for a in args)
+        values = tuple([a._value if isinstance(a, Node) else a for a in args])
+        for a in args:
+            if isinstance(a, Node) and a._reads is not None:
+                ctx.known_reads[id(a._value)] = a._reads
         out = cls.forward(ctx, *values, **attrs)
-        if isinstance(out, _node.Node):
+        if isinstance(out, Node):
             out = out._value
-        node = _node.lazy_value(out, cls.lazy and fusion_enabled(), args)
+        node = _node.lazy_value(out, cls.lazy and fusion_enabled(), args, ctx.known_reads)
+        ctx.known_reads = {}
         if record and node.dtype.kind == "f":  # comparisons, argmax: values, no gradient
             ctx.inputs = args
             node.requires_grad = True

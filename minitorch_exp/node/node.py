@@ -31,7 +31,7 @@ MAX_FUSED_OPS = 32
 class Node:
     """A differentiable tensor, PyTorch-shaped: ``shape``, ``grad``, ``backward()``..."""
 
-    __slots__ = ("_value", "grad", "requires_grad", "grad_fn", "_lazy_ops", "_guard",
+    __slots__ = ("_value", "grad", "requires_grad", "grad_fn", "_lazy_ops", "_reads", "_guard",
                  "grad_buffer", "__weakref__")
     __array_priority__ = 200
     __hash__ = object.__hash__
@@ -44,6 +44,7 @@ class Node:
         self.requires_grad = requires_grad
         self.grad_fn = None
         self._lazy_ops = 0
+        self._reads = None  # a lazy value: the storages its tree reads (lazy_value)
         self._guard = None
         #: Where backward writes this leaf's next gradient when ``grad`` is None (an
         #: optimizer's flat buffer, see nn/optim.py); None: a fresh tensor each time.
@@ -59,6 +60,7 @@ class Node:
         if v.kind != RVALUE:
             t = self._value = realize(v)
             self._lazy_ops = 0
+            self._reads = None
             shared = _realized_into(v, t.storage)
             if shared:
                 self._guard = _KeepOnWrite(shared)
@@ -257,8 +259,11 @@ def _realized_into(e: Exp, storage) -> list:
     return found
 
 
-def lazy_value(value: Exp, lazy: bool, parents) -> Node:
-    """Wrap a Function's result: keep an elementwise expression lazy, or realize it now."""
+def lazy_value(value: Exp, lazy: bool, parents, known_reads: dict) -> Node:
+    """Wrap a Function's result: keep an elementwise expression lazy, or realize it now.
+
+    ``known_reads``: the storages each lazy parent's tree reads, by ``id`` of the tree.
+    """
     if value.kind == RVALUE:
         return Node(value)
     if not lazy:
@@ -268,10 +273,11 @@ def lazy_value(value: Exp, lazy: bool, parents) -> Node:
         for p in parents:
             if isinstance(p, Node):
                 p.realize()
-        ops = 1
+        ops, known_reads = 1, {}
     node = Node(value)
     node._lazy_ops = ops
-    for storage in _storages([value]):
+    node._reads = _storages([value], known_reads)
+    for storage in node._reads:
         storage.add_reader(node)
     return node
 

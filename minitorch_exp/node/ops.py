@@ -55,6 +55,8 @@ class Elementwise(Function):
 
 def elementwise(op: str, *args) -> Node:
     """Apply op ``op``; broadcast operands are expanded explicitly in the graph first."""
+    if _same_shape_nodes_and_numbers(args):
+        return Elementwise.apply(*args, op=op)
     # a NumPy operand is copied: the lazy result must not see later writes into the array
     args = tuple(Node(from_array(a.copy())) if isinstance(a, np.ndarray) else a for a in args)
     shapes = [a.shape for a in args if isinstance(a, (Node, Exp))]
@@ -66,6 +68,21 @@ def elementwise(op: str, *args) -> Node:
     args = tuple(expand(a, shape) if isinstance(a, Node) and a.shape != shape else a
                  for a in args)
     return Elementwise.apply(*args, op=op)
+
+
+def _same_shape_nodes_and_numbers(args) -> bool:
+    """The everyday case, which needs no copy and no expand: Nodes of one shape, and
+    Python numbers."""
+    shape = None
+    for a in args:
+        if isinstance(a, Node):
+            if shape is None:
+                shape = a._value.shape
+            elif a._value.shape != shape:
+                return False
+        elif type(a) is not float and type(a) is not int:
+            return False
+    return shape is not None
 
 
 # ---- views -------------------------------------------------------------------------

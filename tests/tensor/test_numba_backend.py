@@ -10,6 +10,7 @@ dozen examples: a second run of the suite compiles nothing.
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import subprocess
@@ -442,3 +443,38 @@ def test_nan_propagates_as_in_numpy(op):
     with mt.using_cpu_backend("numba"):
         got = (mt.apply_op(op, mt.from_numpy(a), *args) * 1).numpy()
     np.testing.assert_array_equal(got, reference(a))
+
+
+THREADING_SCRIPT = textwrap.dedent("""
+    import json, os
+    import numba
+    import numpy as np
+    import minitorch_exp.tensor as mt
+    from minitorch_exp.tensor import cpu_numba
+    mt.set_cpu_backend("numba")
+    numba.set_num_threads(2)
+    cpu_numba.PARALLEL_MIN = 0
+    w = mt.from_numpy(np.ones(1000, np.float32))
+    w[...] = w * 2 + 1
+    print(json.dumps({"layer": numba.threading_layer(), "spin": os.environ["GOMP_SPINCOUNT"],
+                      "value": float(w.numpy()[0])}))
+""")
+
+
+@pytest.mark.parametrize("preset", [{}, {"GOMP_SPINCOUNT": "5", "NUMBA_THREADING_LAYER":
+                                         "workqueue"}])
+def test_threading_defaults_and_overrides(preset):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GOMP_SPINCOUNT", "NUMBA_THREADING_LAYER")}
+    env.update(preset, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", THREADING_SCRIPT], env=env, capture_output=True,
+                         text=True, check=True)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["value"] == 3.0
+    if preset:  # the environment wins
+        assert found == {"layer": "workqueue", "spin": "5", "value": 3.0}
+    else:  # OpenMP with a short spin; workqueue only where libgomp cannot load
+        assert found["spin"] == cpu_numba.GOMP_SPINCOUNT
+        assert found["layer"] in ("omp", "workqueue")
+        if ctypes.util.find_library("gomp"):
+            assert found["layer"] == "omp"
