@@ -434,9 +434,8 @@ def threading_table() -> Table:
     import os
     import subprocess
     table = Table("numba_threading_layer", baseline="workqueue: kernel then blas")
-    setups = {"workqueue": ("workqueue", cpu_numba.GOMP_SPINCOUNT),
-              "omp, libgomp's spin count": ("omp", "300000"),
-              f"omp, spin count {cpu_numba.GOMP_SPINCOUNT}": ("omp", cpu_numba.GOMP_SPINCOUNT)}
+    setups = {"workqueue": ("workqueue", "300000"),  # GOMP_SPINCOUNT: libgomp's default
+              "omp": ("omp", "300000"), "omp, GOMP_SPINCOUNT=1000": ("omp", "1000")}
     for label, (layer, spin) in setups.items():
         env = dict(os.environ, NUMBA_THREADING_LAYER=layer, GOMP_SPINCOUNT=spin)
         out = subprocess.run([sys.executable, __file__, "--threading-child"], env=env,

@@ -54,26 +54,22 @@ Which evaluator, measured on the 2-core reference machine
   element, 4-36x slower than NumPy's SIMD ufuncs) make a Plan on large arrays
   run on the NumPy evaluator when the ``OP_COST_NS`` model says so. Arithmetic,
   comparisons, where and sqrt vectorize and stay here (3-60x faster).
-* ``prange`` from ``PARALLEL_MIN`` = 2^22 element-operations (elements x
-  (operands + instructions)): ~700k elements for the seed update, ~380k for
-  Adam's ``w`` statement, ~210k for Adam's three statements in one loop.
-  Alone, the parallel variant already wins from 2^18 (seed 2^20: 0.65x of
-  the serial time; Adam-w 2^16: 0.67x). But in a training step a kernel
-  follows a BLAS call whose threads are still spinning: the MNIST MLP step
-  at batch 128 took 1.4x longer with its SGD kernel (203k parameters, 2^20
-  element-operations) parallel. ``MINITORCH_PARALLEL_MIN`` overrides.
-* The ``omp`` threading layer (falling back to ``workqueue`` where libgomp
-  does not load) unless ``NUMBA_THREADING_LAYER`` says otherwise, with
-  ``GOMP_SPINCOUNT=1000`` unless the environment sets it. workqueue hands a
-  loop to a sleeping thread, ~100 us on this VM, so prange only paid from
-  ~4e6 elements. OpenMP's threads wake fast because they spin after each
-  loop, but with libgomp's default spin count the spinning took both cores
-  from the next BLAS call (a 256x256 matmul after a kernel: 8 ms instead of
-  0.2 ms). A short spin keeps the fast wake-up for back-to-back kernels and
-  frees the cores before BLAS needs them (kernel then matmul: 0.3-0.4 ms,
-  workqueue 0.45 ms). The variable is process-wide: other libgomp users
-  loaded afterwards (PyTorch's CPU threads) see it too. Both settings take
-  effect only if numba has not started its threads before this import.
+* ``prange`` from ``PARALLEL_MIN`` = 2^25 element-operations (elements x
+  (operands + instructions)): ~5.6e6 elements for the seed update, ~3e6 for
+  Adam's ``w`` statement, ~1.7e6 for Adam's three statements in one loop.
+  Handing half the loop to the sleeping workqueue thread costs ~100 us on
+  this VM, so the parallel variant first won at 2^22 elements (seed 0.69x of
+  serial time) and 2^24 (Adam-w 0.81x). ``MINITORCH_PARALLEL_MIN`` overrides.
+* The ``workqueue`` threading layer unless ``NUMBA_THREADING_LAYER`` says
+  otherwise. OpenMP wakes its threads much faster (alone, the parallel
+  variant wins from 2^18 elements), but its threads and OpenBLAS's fight
+  over the two cores whenever a parallel kernel sits between BLAS calls, as
+  in every training step. With libgomp's default spin count a 256x256 matmul
+  after an OpenMP kernel took 8 ms instead of 0.2 ms. ``GOMP_SPINCOUNT=1000``
+  fixes that pair, but the MNIST MLP step (784-512-256-10, batch 128, 2
+  threads; its SGD kernel goes parallel from 2^22) still took 14.0 ms with
+  OpenMP against 4.5 ms with workqueue. workqueue cannot be entered from two
+  threads at once, but these kernels hold the GIL, so it never is.
 """
 
 from __future__ import annotations
@@ -103,7 +99,7 @@ from .ops import OPS
 MAX_DIMS = 4
 # Element-operations (elements x (operands + instructions)) from which the
 # prange variant runs (module docstring; ``bench_update.py --threshold``).
-PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 22))
+PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 25))
 
 # LLVM vectorizes arithmetic, comparisons and sqrt, but exp, log and tanh
 # become one libm call per element (no vector math library here), while
@@ -115,14 +111,9 @@ OP_COST_NS = {"exp": (3.9, 0.75), "log": (4.2, 0.75), "tanh": (17.0, 0.5),
 OTHER_OP_COST_NS = (0.05, 0.3)
 USER_OP_COST_NS = (4.0, 0.75)  # a numpy_fn is typically a ufunc or two
 NUMPY_FROM = 1 << 14
-GOMP_SPINCOUNT = "1000"
 
-if "NUMBA_THREADING_LAYER" not in os.environ:  # OpenMP where libgomp loads, else workqueue
-    numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
-    numba.config.THREADING_LAYER = "default"
-# Idle OpenMP threads spin only briefly (module docstring). libgomp reads this once, when
-# it is loaded: the first parallel kernel, unless something loaded it before.
-os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
 
 _STATS = {"generated": 0}
 _DISPATCHERS: list = []
