@@ -10,7 +10,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
+
+
+def _default_numba_threading_layer() -> None:
+    """workqueue for numba's threads unless the environment names a layer (the
+    ``cpu_numba`` docstring says why). Done at import, without importing numba:
+    numba fixes the layer when its threads first start, which a call to
+    ``numba.set_num_threads`` does before any kernel of ours runs."""
+    if "NUMBA_THREADING_LAYER" in os.environ:
+        return
+    numba = sys.modules.get("numba")
+    if numba is None:
+        os.environ["NUMBA_THREADING_LAYER"] = "workqueue"  # numba reads it when imported
+    else:
+        numba.config.THREADING_LAYER = "workqueue"  # no effect once its threads run
+
+
+_default_numba_threading_layer()
 _CPU_BACKENDS: dict[str, object] = {}
 _state = {"cpu": os.environ.get("MINITORCH_CPU_BACKEND", "numba")}
 

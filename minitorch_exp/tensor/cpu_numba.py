@@ -61,15 +61,22 @@ Which evaluator, measured on the 2-core reference machine
   this VM, so the parallel variant first won at 2^22 elements (seed 0.69x of
   serial time) and 2^24 (Adam-w 0.81x). ``MINITORCH_PARALLEL_MIN`` overrides.
 * The ``workqueue`` threading layer unless ``NUMBA_THREADING_LAYER`` says
-  otherwise. OpenMP wakes its threads much faster (alone, the parallel
-  variant wins from 2^18 elements), but its threads and OpenBLAS's fight
-  over the two cores whenever a parallel kernel sits between BLAS calls, as
-  in every training step. With libgomp's default spin count a 256x256 matmul
-  after an OpenMP kernel took 8 ms instead of 0.2 ms. ``GOMP_SPINCOUNT=1000``
-  fixes that pair, but the MNIST MLP step (784-512-256-10, batch 128, 2
-  threads; its SGD kernel goes parallel from 2^22) still took 14.0 ms with
-  OpenMP against 4.5 ms with workqueue. workqueue cannot be entered from two
-  threads at once, but these kernels hold the GIL, so it never is.
+  otherwise (set when the package is imported, ``backends.py``, because numba
+  fixes its layer when it first starts threads, which ``numba.set_num_threads``
+  may do before any kernel runs). OpenMP wakes its threads much faster: alone,
+  the parallel variant wins from 2^18 elements, and Adam's three statements
+  at 1e6 took 296 us (workqueue 514 us). But its idle threads spin, and with
+  libgomp's default spin count they take the cores from the next BLAS call: a
+  256x256 matmul after an OpenMP kernel took 8 ms instead of 0.2 ms, and the
+  MNIST MLP step (784-512-256-10, batch 128, 2 threads, its SGD kernel
+  parallel) 14 ms instead of 4.5 ms. ``GOMP_SPINCOUNT=1000`` removes that
+  (the same MLP step as with workqueue, 0.39 ms for kernel-then-matmul), and
+  ``NUMBA_THREADING_LAYER=omp GOMP_SPINCOUNT=1000`` is worth setting for
+  large standalone kernels. It is not the default because the spin count is
+  process-wide and read once, when libgomp loads: PyTorch's CPU threads in
+  the same process would get it too, and if anything loaded libgomp first it
+  would not apply at all. workqueue cannot be entered from two threads at
+  once, but these kernels hold the GIL, so it never is.
 """
 
 from __future__ import annotations
@@ -111,9 +118,6 @@ OP_COST_NS = {"exp": (3.9, 0.75), "log": (4.2, 0.75), "tanh": (17.0, 0.5),
 OTHER_OP_COST_NS = (0.05, 0.3)
 USER_OP_COST_NS = (4.0, 0.75)  # a numpy_fn is typically a ufunc or two
 NUMPY_FROM = 1 << 14
-
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
 
 _STATS = {"generated": 0}
 _DISPATCHERS: list = []

@@ -446,13 +446,18 @@ def test_nan_propagates_as_in_numpy(op):
 
 
 THREADING_SCRIPT = textwrap.dedent("""
-    import json
-    import numba
+    import json, sys
+    if sys.argv[1] == "numba first":  # numba's threads start before the first kernel
+        import numba
+        import minitorch_exp.tensor as mt
+        numba.set_num_threads(2)
+    else:
+        import minitorch_exp.tensor as mt
+        import numba
+        numba.set_num_threads(2)
     import numpy as np
-    import minitorch_exp.tensor as mt
     from minitorch_exp.tensor import cpu_numba
     mt.set_cpu_backend("numba")
-    numba.set_num_threads(2)
     cpu_numba.PARALLEL_MIN = 0
     w = mt.from_numpy(np.ones(1000, np.float32))
     w[...] = w * 2 + 1
@@ -460,15 +465,16 @@ THREADING_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("order", ["numba first", "minitorch_exp first"])
 @pytest.mark.parametrize("preset", [None, "omp"])
-def test_threading_layer_default_and_override(preset):
+def test_threading_layer_default_and_override(preset, order):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
     env["PYTHONPATH"] = str(ROOT)
     if preset:
         if not ctypes.util.find_library("gomp"):
             pytest.skip("libgomp is not installed")
         env["NUMBA_THREADING_LAYER"] = preset
-    out = subprocess.run([sys.executable, "-c", THREADING_SCRIPT], env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", THREADING_SCRIPT, order], env=env,
+                         capture_output=True, text=True, check=True)
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found == {"layer": preset or "workqueue", "value": 3.0}
