@@ -13,7 +13,6 @@ import os
 import sys
 
 
-
 def _default_numba_threading_layer() -> None:
     """workqueue for numba's threads unless the environment names a layer (the
     ``cpu_numba`` docstring says why). Done at import, without importing numba:
