@@ -102,6 +102,7 @@ from . import layout as L
 from .counters import count
 from .cpu_numpy import NumpyBackend, overlaps
 from .ops import OPS
+from .plan import make_plan
 
 MAX_DIMS = 4
 # Element-operations (elements x (operands + instructions)) from which the
@@ -602,7 +603,6 @@ class NumbaBackend:
         self.fallback.dot(dst, a, b, saver)
 
     def reduce(self, dst, e, saver: str) -> None:
-        from .plan import make_plan
         plan, leaves, scalars = make_plan(e.x, e.x.ndim)
         large = e.x.numel() >= NUMPY_FROM
         loops = None if _numpy_reduces_better(e.op, large, plan) else \

@@ -19,6 +19,7 @@ import numpy as np
 from . import layout as L
 from .counters import count
 from .ops import OPS
+from .plan import make_plan
 from .tensor import array_view
 
 # Measured on the 2-core reference machine (benchmarks/bench_block_size.py, Adam update
@@ -216,7 +217,6 @@ def _materialize(x):
     """The values of an elementwise expression as an ndarray (tensors: no copy)."""
     if x.kind == 0:
         return x.array
-    from .plan import make_plan
     plan, leaves, scalars = make_plan(x, x.ndim)
     out = np.empty(x.shape, x.dtype)
     run_program(schedule_for(plan), [t.array for t in leaves] + list(scalars), out, "=")
@@ -231,7 +231,6 @@ def _blocked_reduce(e):
     a block inside the reduced axes yields a partial result that is combined
     into its one output.
     """
-    from .plan import make_plan
     x = e.x
     kept = [i for i in range(x.ndim) if i not in e.axes]
     n_kept = len(kept)
