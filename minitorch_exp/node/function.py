@@ -24,7 +24,7 @@ class Context:
     __slots__ = ("fn", "inputs", "needs_input_grad", "_saved", "_versions", "freed", "attrs",
                  "where", "recording", "known_reads", "__dict__")
 
-    def __init__(self, fn, needs_input_grad):
+    def __init__(self, fn, needs_input_grad, known_reads: dict | None = None):
         self.fn = fn
         self.needs_input_grad = needs_input_grad
         self.inputs: tuple = ()
@@ -34,7 +34,8 @@ class Context:
         self.attrs: dict = {}
         self.where = None
         self.recording = True  # False when no graph is kept: nothing needs saving
-        self.known_reads: dict = {}  # during forward: what the lazy inputs read (apply)
+        #: During forward: what the lazy inputs' trees read, by ``id`` of the tree (apply).
+        self.known_reads = {} if known_reads is None else known_reads
 
     @property
     def name(self) -> str:
@@ -126,20 +127,25 @@ class Function:
     @classmethod
     def apply(cls, *args, **attrs):
         Node = _node.Node
-        needs = tuple([isinstance(a, Node) and a.requires_grad for a in args])
+        needs, values, known = [], [], {}
+        for a in args:
+            if isinstance(a, Node):
+                needs.append(a.requires_grad)
+                values.append(a._value)
+                if a._reads is not None:  # lazy: what its tree reads is known already
+                    known[id(a._value)] = a._reads
+            else:
+                needs.append(False)
+                values.append(a)
         record = True in needs and is_grad_enabled()
-        ctx = Context(cls, needs)
+        ctx = Context(cls, tuple(needs), known)
         ctx.attrs = attrs
         ctx.recording = record
-        values = tuple([a._value if isinstance(a, Node) else a for a in args])
-        for a in args:
-            if isinstance(a, Node) and a._reads is not None:
-                ctx.known_reads[id(a._value)] = a._reads
         out = cls.forward(ctx, *values, **attrs)
         if isinstance(out, Node):
             out = out._value
-        node = _node.lazy_value(out, cls.lazy and fusion_enabled(), args, ctx.known_reads)
-        ctx.known_reads = {}
+        node = _node.lazy_value(out, cls.lazy and fusion_enabled(), args, known)
+        ctx.known_reads = {}  # holds storages: not past this call (ctx lives with the graph)
         if record and node.dtype.kind == "f":  # comparisons, argmax: values, no gradient
             ctx.inputs = args
             node.requires_grad = True

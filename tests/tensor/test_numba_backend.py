@@ -447,14 +447,11 @@ def test_nan_propagates_as_in_numpy(op):
 
 THREADING_SCRIPT = textwrap.dedent("""
     import json, sys
-    if sys.argv[1] == "numba first":  # numba's threads start before the first kernel
+    if sys.argv[1] == "numba first":
         import numba
-        import minitorch_exp.tensor as mt
-        numba.set_num_threads(2)
-    else:
-        import minitorch_exp.tensor as mt
-        import numba
-        numba.set_num_threads(2)
+    import minitorch_exp.tensor as mt
+    import numba
+    numba.set_num_threads(2)  # numba's threads start before the first kernel
     import numpy as np
     from minitorch_exp.tensor import cpu_numba
     mt.set_cpu_backend("numba")
