@@ -1,10 +1,12 @@
 """The user-facing API, loaded on first use of ``minitorch_exp.<name>`` (see __init__.py)."""
 
 from .node import (
+    CaptureError,
     Context,
     Function,
     Node,
     arange,
+    capture,
     empty,
     empty_like,
     enable_grad,
@@ -74,8 +76,9 @@ from .tensor.ops import register_op, unregister_op
 Tensor = Node  # the user-facing tensor type, as in PyTorch
 
 __all__ = [
-    "Context", "Device", "Function", "Node", "Tensor", "abs", "amax", "amin", "arange",
-    "argmax", "bool_", "cat", "clip", "count_kernels", "cuda_available", "detect_anomaly",
+    "CaptureError", "Context", "Device", "Function", "Node", "Tensor", "abs", "amax", "amin",
+    "arange", "argmax", "bool_", "capture", "cat", "clip", "count_kernels", "cuda_available",
+    "detect_anomaly",
     "draw_graph", "empty", "empty_like", "enable_grad", "exp", "expand", "explain", "flatten",
     "float32", "float64",
     "from_numpy", "full", "full_like", "fusion", "gradcheck", "int32", "int64",

@@ -8,7 +8,9 @@ import numpy as np
 
 from ..node import ops
 from ..node.node import Node
-from ..tensor.creation import default_generator
+from ..tensor import capture
+from ..tensor.creation import arange, rand
+from ..tensor.expr import where
 from ..tensor.tensor import from_array
 
 
@@ -48,26 +50,40 @@ def dropout(x: Node, p: float = 0.5, training: bool = True, generator=None) -> N
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0.0:
         return x
-    rng = generator or default_generator()
-    keep = (rng.random(x.shape) >= p).astype(x.dtype) * np.asarray(1.0 / (1.0 - p), x.dtype)
-    return x * from_array(keep).to(x.device)
+    u = rand(x.shape, dtype=np.float64, device=x.device, generator=generator)
+    return x * ((u >= p).astype(x.dtype) * (1.0 / (1.0 - p)))
 
 
-def _target_array(target, n_classes: int) -> np.ndarray:
-    t = np.asarray(target.numpy() if isinstance(target, Node) else target)
+def _targets(target, n_classes: int, device):
+    """Integer class targets as a Tensor on ``device``, range-checked unless capturing."""
+    t = target.value if isinstance(target, Node) else from_array(np.asarray(target))
     if t.dtype.kind not in "iu":
         raise TypeError(f"class targets must be integers, got {t.dtype}")
-    if t.size and (t.min() < 0 or t.max() >= n_classes):
-        raise ValueError(f"class targets must be in [0, {n_classes}), got range "
-                         f"[{t.min()}, {t.max()}]")
-    return t
+    if not capture.is_recording():  # a captured step cannot read them: see _one_hot
+        values = t.numpy()
+        if values.size and (values.min() < 0 or values.max() >= n_classes):
+            raise ValueError(f"class targets must be in [0, {n_classes}), got range "
+                             f"[{values.min()}, {values.max()}]")
+    return t.to(device)
 
 
 def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0):
-    t = _target_array(target, n_classes)
-    q = np.full((t.shape[0], n_classes), smoothing / n_classes, dtype=dtype)
-    q[np.arange(t.shape[0]), t] += 1.0 - smoothing
-    return from_array(q).to(device)
+    """The (smoothed) one-hot rows of ``target``, as a lazy expression.
+
+    A compare against ``arange(n_classes)`` rather than host-side indexing: it
+    fuses into the loss kernels, and a captured step recomputes it for each new
+    batch. A captured step cannot range-check targets on the host, so there an
+    out-of-range target turns its row of ``q``, and with it the loss, into NaN.
+    """
+    t = _targets(target, n_classes, device)
+    rows = t.reshape(t.shape[0], 1)
+    classes = arange(n_classes, dtype=np.int64, device=device).reshape(1, n_classes)
+    q = (rows == classes).astype(dtype)
+    if smoothing:
+        q = q * (1.0 - smoothing) + smoothing / n_classes
+    if capture.is_recording():
+        q = where((rows >= 0) & (rows < n_classes), q, float("nan"))
+    return q
 
 
 def _reduce(loss: Node, reduction: str) -> Node:

@@ -23,6 +23,8 @@ import math
 
 from ..node.grad_mode import no_grad
 from ..node.node import Node
+from ..tensor import capture
+from ..tensor.capture import CaptureError
 from ..tensor.creation import new_empty, zeros_like
 from ..tensor.engine import assign_all
 from ..tensor.expr import sqrt
@@ -55,6 +57,11 @@ class Optimizer:
                 p.grad.value[...] = 0
 
     def step(self) -> None:
+        if capture.is_recording():
+            raise CaptureError(
+                "opt.step() inside a captured function: its scalars (learning rate, step "
+                "count) change from step to step, which a replay would not see; call it "
+                "after the captured function instead")
         with no_grad():
             index = 0
             for g, (group, flat) in enumerate(zip(self.param_groups, self._flat)):

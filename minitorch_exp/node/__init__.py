@@ -2,6 +2,7 @@
 
 from . import ops
 from .backward import backward, topological_order
+from .capture import CaptureError, capture
 from .function import Context, Function
 from .grad_mode import enable_grad, fusion, is_grad_enabled, no_grad, set_fusion
 from .gradcheck import gradcheck
@@ -25,7 +26,8 @@ from .node import (
 )
 
 __all__ = [
-    "Context", "Function", "Node", "arange", "backward", "empty", "empty_like",
+    "CaptureError", "Context", "Function", "Node", "arange", "backward", "capture", "empty",
+    "empty_like",
     "enable_grad", "from_numpy", "full", "full_like", "fusion", "gradcheck",
     "is_grad_enabled", "no_grad", "ones", "ones_like", "ops", "rand", "rand_like", "randn",
     "randn_like", "set_fusion", "tensor", "topological_order", "zeros", "zeros_like",

@@ -17,7 +17,7 @@ from ..tensor import creation
 from ..tensor.engine import assign, realize
 from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
 from ..tensor.graphwalk import post_order
-from . import anomaly
+from . import anomaly, capture
 from .node import MAX_FUSED_OPS, Node, count_ops
 
 
@@ -112,6 +112,8 @@ def _propagate(ctx, g: Exp, grads: dict) -> None:
 
 def _accumulate(leaf: Node, g: Exp) -> None:
     """Write the gradient into ``leaf.grad`` (a fresh tensor the first time, then ``+=``)."""
+    if capture.GRAD_LOG is not None:  # a captured function's eager runs: see capture.py
+        capture.GRAD_LOG.append((leaf, "=" if leaf.grad is None else "+="))
     if leaf.grad is None:
         dst = leaf.grad_buffer
         if dst is None:

@@ -12,11 +12,12 @@ and ``linear``, one node instead of four (``Linear``).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from ..tensor import creation, dtypes
+from ..tensor import capture, creation, dtypes
 from ..tensor.engine import evaluate_copy, realize
 from ..tensor.expr import Dot, Exp, apply_op, as_exp
 from ..tensor.layout import broadcast_shapes, infer_shape, normalize_axes, normalize_shape
@@ -198,8 +199,8 @@ class GetItem(Function):
         if _is_basic_index(key):
             grad[key] = g
         else:
-            xp = device.xp
-            xp.add.at(grad.array, key, g.array)
+            capture.host_op(functools.partial(device.xp.add.at, grad.array, key, g.array),
+                            grad.storage)
             grad.storage.version += 1
         return (grad,)
 

@@ -12,6 +12,8 @@ import contextlib
 import os
 import sys
 
+from . import capture
+
 
 def _default_numba_threading_layer() -> None:
     """workqueue for numba's threads unless the environment names a layer (the
@@ -48,6 +50,14 @@ def _cpu_backend(name: str):
 
 
 def backend_for(device):
+    """The backend that evaluates on ``device`` (recording its kernels during a capture)."""
+    backend = _device_backend(device)
+    if capture.ACTIVE is not None:
+        return capture.RecordingBackend(backend, capture.ACTIVE)
+    return backend
+
+
+def _device_backend(device):
     if device.type == "cpu":
         backend = _CPU_BACKENDS.get(_state["cpu"])
         if backend is not None:

@@ -599,10 +599,12 @@ class NumbaBackend:
         (kernel.parallel if _go_parallel(work) else kernel.serial)(*args)
         return True
 
-    def dot(self, dst, a, b, saver: str) -> None:
-        self.fallback.dot(dst, a, b, saver)
+    def dot(self, dst, a, b, saver: str):
+        return self.fallback.dot(dst, a, b, saver)
 
-    def reduce(self, dst, e, saver: str) -> None:
+    def reduce(self, dst, e, saver: str):
+        """Run the reduction's kernel; return a repeatable ``(function, args)`` as
+        ``elementwise`` does, or None."""
         plan, leaves, scalars = make_plan(e.x, e.x.ndim)
         large = e.x.numel() >= NUMPY_FROM
         loops = None if _numpy_reduces_better(e.op, large, plan) else \
@@ -610,18 +612,19 @@ class NumbaBackend:
         kernel = None if loops is None else _compiled_or_none(plan, lambda: _reduce_kernel(
             plan, e.op, len(loops.kept), len(loops.reduced), saver, loops.kinds, dst.dtype))
         if kernel is None:
-            self.fallback.reduce(dst, e, saver)
-            return
+            return self.fallback.reduce(dst, e, saver)
         count("cpu", "reduce")
         if dst.numel() == 0:
-            return
+            return None
         args = [*loops.kept, *loops.reduced, dst.storage.data, *loops.out_tail]
         for t, copy, tail in zip(leaves, loops.copies, loops.tails):
             args += [_private_copy(t) if copy else t.storage.data, *tail]
         parallel = _go_parallel(e.x.numel() * (1 + len(leaves) + len(plan.instrs)))
         chunks = numba.get_num_threads() * 4 if parallel and not loops.kept else 1
         args += [*scalars, float(C.reduce_count(e.x.shape, e.axes)), chunks]  # 0: mean is nan
-        (kernel.parallel if parallel else kernel.serial)(*args)
+        fn = kernel.parallel if parallel else kernel.serial
+        fn(*args)
+        return None if True in loops.copies else (fn, args)
 
 
 def _compiled_or_none(plan, build):

@@ -175,13 +175,17 @@ class NumpyBackend:
             run_program(sched, [a[idx] for a in ins] + list(scalars), blk, saver,
                         scratch, blk.shape)
 
-    def dot(self, dst, a, b, saver: str) -> None:
+    def dot(self, dst, a, b, saver: str):
+        """BLAS through ``np.matmul``; returns the call that repeats it when it wrote
+        ``dst`` directly (see ``elementwise``), else None."""
         count("cpu", "blas")
         if saver == "=" and dst.dtype == np.result_type(a.dtype, b.dtype) and not (
                 overlaps(dst, a.storage, a.layout) or overlaps(dst, b.storage, b.layout)):
-            np.matmul(a.array, b.array, out=dst.array)
-        else:
-            save(dst.array, np.matmul(a.array, b.array), saver)
+            args = (a.array, b.array, dst.array)
+            _matmul_into(*args)
+            return _matmul_into, args
+        save(dst.array, np.matmul(a.array, b.array), saver)
+        return None
 
     def reduce(self, dst, e, saver: str) -> None:
         count("cpu", "reduce")
@@ -205,6 +209,10 @@ class NumpyBackend:
             with np.errstate(invalid="ignore", divide="ignore"):  # empty: nan, as NumPy
                 r = r / math.prod(x.shape[a] for a in e.axes)
         save(dst.array, r.astype(e.dtype, copy=False).reshape(e.shape), saver)
+
+
+def _matmul_into(a, b, out) -> None:
+    np.matmul(a, b, out=out)
 
 
 def _reduce_array(op, values, axes, dtype):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from . import dtypes
+from . import capture, dtypes
 from .device import as_device
 from .layout import check_shape, contiguous, normalize_shape
 from .storage import Storage
@@ -35,7 +36,15 @@ def _filled(shape, value, dtype, device) -> Tensor:
     shape = check_shape(normalize_shape(shape))
     dtype = dtypes.as_dtype(dtype)
     device = as_device(device)
-    return from_array(device.xp.full(shape, value, dtype=dtype), device)
+    if capture.ACTIVE is None:
+        return from_array(device.xp.full(shape, value, dtype=dtype), device)
+    t = new_empty(shape, dtype, device)  # while capturing, every replay fills it again
+    capture.host_op(functools.partial(_fill, t.array, value), t.storage)
+    return t
+
+
+def _fill(arr, value) -> None:
+    arr[...] = value
 
 
 def empty(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
@@ -76,15 +85,30 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu") -> Tensor:
 def rand(*shape, dtype=dtypes.float32, device="cpu", generator=None) -> Tensor:
     """Uniform on [0, 1)."""
     rng = generator or _generator["rng"]
-    shape = check_shape(normalize_shape(shape))
-    return _make(rng.random(shape, dtype=np.float64).astype(dtypes.as_dtype(dtype)), device)
+    return _random(shape, lambda s: rng.random(s, dtype=np.float64), dtype, device)
 
 
 def randn(*shape, dtype=dtypes.float32, device="cpu", generator=None) -> Tensor:
     """Standard normal."""
     rng = generator or _generator["rng"]
+    return _random(shape, rng.standard_normal, dtype, device)
+
+
+def _random(shape, draw, dtype, device) -> Tensor:
+    """A tensor of ``draw(shape)`` (host random numbers); while capturing, every
+    replay draws new ones from the same generator, as an eager run would."""
     shape = check_shape(normalize_shape(shape))
-    return _make(rng.standard_normal(shape).astype(dtypes.as_dtype(dtype)), device)
+    dtype = dtypes.as_dtype(dtype)
+    if capture.ACTIVE is None:
+        return _make(draw(shape).astype(dtype), device)
+    t = new_empty(shape, dtype, as_device(device))
+    capture.host_op(functools.partial(_redraw, t, draw), t.storage)
+    return t
+
+
+def _redraw(t: Tensor, draw) -> None:
+    values = draw(t.shape)
+    t.array[...] = values if t.device.type == "cpu" else t.device.xp.asarray(values)
 
 
 def _like(t, dtype, device):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import counters, creation
+from . import capture, counters, creation
 from . import expr as _expr
 from . import layout as L
 from .backends import backend_for
@@ -71,6 +71,8 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         p.storage.before_write()
         counters.count(p.device, "fused")
         p.fn(*p.args)
+        if capture.ACTIVE is not None:
+            capture.ACTIVE.add(p.fn, p.args, p.storage)
         return
     if not _fast_checks_pass(dst, e, saver):
         _check_assign(dst, e, saver)

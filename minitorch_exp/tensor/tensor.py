@@ -6,7 +6,7 @@ import operator
 
 import numpy as np
 
-from . import dtypes
+from . import capture, dtypes
 from . import layout as L
 from .device import CPU, Device, as_device
 from .expr import RVALUE, Exp, as_exp
@@ -66,6 +66,8 @@ class Tensor(Exp):
     # ---- the NumPy (or CuPy) view of this tensor ------------------------------
     def numpy(self) -> np.ndarray:
         """The elements as a NumPy array sharing memory (copied to host for cuda)."""
+        if capture.ACTIVE is not None:
+            capture.refuse_host_read("numpy()")
         if self.device.type != "cpu":
             return self.device.xp.asnumpy(self.array)
         return self.array
@@ -230,11 +232,23 @@ def _advanced_index(t: Tensor, key) -> Tensor:
     # Lists stay lists: NumPy reads ``[]`` as an empty *integer* index, while
     # ``np.asarray([])`` would be a float array it refuses.
     converted = tuple(k.numpy() if isinstance(k, Exp) else k for k in items)
+    index = converted if isinstance(key, tuple) else converted[0]
     try:
-        result = t.device.xp.asarray(t.array[converted if isinstance(key, tuple) else converted[0]])
+        result = t.device.xp.asarray(t.array[index])
     except IndexError as err:
         raise IndexError(f"index into a tensor of shape {t.shape}: {err}") from None
-    return from_array(result.copy(), t.device)
+    if capture.ACTIVE is None:
+        return from_array(result.copy(), t.device)
+    # While capturing, the gather (done by the array module) is recorded, so that
+    # replays repeat it; ``out`` is its result, not a constant of the capture.
+    flat = t.device.xp.ascontiguousarray(result).reshape(-1).copy()
+    out = Tensor(Storage(flat, t.device), L.contiguous(result.shape))
+    capture.ACTIVE.add(_gather, (out.array, t.array, index), out.storage)
+    return out
+
+
+def _gather(out, source, index) -> None:
+    out[...] = source[index]
 
 
 # ---- making tensors ------------------------------------------------------------
@@ -259,8 +273,16 @@ def from_array(arr, device: Device = CPU) -> Tensor:
     """Wrap an ndarray (NumPy, or CuPy on cuda) as a Tensor, sharing its memory.
 
     The Storage is a flat view of exactly the bytes the array can reach, so any
-    strides (negative, zero, gapped) are kept as they are.
+    strides (negative, zero, gapped) are kept as they are. Made while capturing,
+    the tensor is a constant of the capture (see ``capture.Recording``).
     """
+    t = _wrap_array(arr, device)
+    if capture.ACTIVE is not None:
+        capture.ACTIVE.note_constant(t.storage)
+    return t
+
+
+def _wrap_array(arr, device: Device) -> Tensor:
     if arr.dtype not in dtypes.SUPPORTED:
         arr = arr.astype(dtypes.default_dtype_for(arr))
     item = arr.dtype.itemsize

@@ -1,0 +1,211 @@
+"""``capture(fn)``: a training step's kernels, replayed without its Python.
+
+::
+
+    @mt.capture
+    def train_step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    for x, y in loader:
+        loss = train_step(x, y)      # kernels only, from the third call on
+        opt.step()                   # outside: its scalars (lr, step count) change
+
+For each distinct signature (the shapes, dtypes and devices of the tensor
+arguments, the values of the others, grad mode, the CPU evaluator):
+
+1. the first call runs ``fn`` as usual -- a warm-up that creates whatever a
+   first step creates (optimizer state, gradient buffers, compiled kernels);
+2. the second runs it again while recording every kernel it launches
+   (``tensor/capture.py``), into private copies of the tensor arguments;
+3. every later call copies its arguments into those copies, replays the
+   kernels, and gives each parameter the ``.grad`` the recorded run gave it.
+
+So ``fn``'s Python runs twice per signature; whatever else it does (printing,
+appending to lists, reading values) happens only then. Reading values inside
+it raises ``CaptureError``. Each call returns new detached copies of the
+tensors ``fn`` returned. A replay would be wrong, and so is not used, when a
+parameter's value was replaced since the recording (``load_state_dict`` with
+new tensors): the step is recorded again. It would differ from an eager call
+when a parameter still holds a gradient that ``fn`` does not clear: backward
+would add to it, the replay overwrites it, so that call runs eagerly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+from ..tensor import capture as _recording
+from ..tensor.backends import cpu_backend
+from ..tensor.capture import CaptureError
+from ..tensor.expr import Exp
+from .grad_mode import is_grad_enabled
+from .node import Node
+
+#: While a captured function runs eagerly, backward appends ``(leaf, saver)`` here for
+#: each gradient it writes into a leaf (``backward._accumulate``).
+GRAD_LOG: list | None = None
+
+
+def capture(fn):
+    """Wrap ``fn`` so that repeated calls replay its kernels (see the module docstring)."""
+    return CapturedFunction(fn)
+
+
+class CapturedFunction:
+    def __init__(self, fn):
+        self.fn = fn
+        self._warm: dict = {}   # signature -> the leaves its warm-up wrote gradients into
+        self._steps: dict = {}  # signature -> _Step
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args):
+        key = _signature(args)
+        step = self._steps.get(key)
+        if step is not None and not step.stale():
+            if step.can_replay():
+                return step.replay(args)
+            return _detached(self.fn(*args))  # a gradient to add to: eager, as promised
+        leaves = self._warm.get(key)
+        if leaves is None:
+            with _logging_grads() as log:
+                out = self.fn(*args)
+            self._warm[key] = [leaf for leaf, _ in log]
+            return _detached(out)
+        self._steps[key] = step = _Step.record(self.fn, args, leaves)
+        return step.results()
+
+    def reset(self) -> None:
+        """Forget every recording (the next calls warm up and record again)."""
+        self._warm.clear()
+        self._steps.clear()
+
+
+@contextlib.contextmanager
+def _logging_grads():
+    global GRAD_LOG
+    GRAD_LOG = log = []
+    try:
+        yield log
+    finally:
+        GRAD_LOG = None
+
+
+class _Step:
+    """One signature's recording: its kernels, inputs, outputs and the gradients set."""
+
+    def __init__(self, recording, inputs, outputs, structure, grads, self_cleared):
+        self.recording, self.inputs, self.outputs = recording, inputs, outputs
+        self.structure, self.grads = structure, grads
+        self.values = [(leaf, leaf._value) for leaf, _ in grads]
+        self.self_cleared = self_cleared  # ids of leaves whose .grad fn clears itself
+
+    @classmethod
+    def record(cls, fn, args, warm_leaves) -> _Step:
+        inputs = [_private_copy(a) for a in args]
+        held_grad = {id(leaf) for leaf in warm_leaves if leaf.grad is not None}
+        call_args = [a if t is None else Node(t) if isinstance(a, Node) else t
+                     for a, t in zip(args, inputs)]
+        with _logging_grads() as log, _recording.recording() as rec:
+            outputs, structure = _flatten(fn(*call_args))
+        if any(saver != "=" for _, saver in log):
+            raise CaptureError(
+                "backward added to a .grad that already held a gradient; a captured step "
+                "must compute fresh gradients: call opt.zero_grad() in it (or before it)")
+        grads = [(leaf, leaf.grad) for leaf, _ in log]
+        return cls(rec, inputs, outputs, structure, grads,
+                   {id(leaf) for leaf, _ in log if id(leaf) in held_grad})
+
+    def stale(self) -> bool:
+        """A parameter that received a gradient was given a new value since recording."""
+        return any(leaf._value is not value for leaf, value in self.values)
+
+    def can_replay(self) -> bool:
+        """False when an eager call would add to a gradient a parameter still holds."""
+        return all(leaf.grad is None or id(leaf) in self.self_cleared for leaf, _ in self.grads)
+
+    def replay(self, args):
+        for a, t in zip(args, self.inputs):
+            if t is not None:
+                t.array[...] = (a.value if isinstance(a, Node) else a.eval()).array
+        self.recording.replay()
+        for leaf, grad in self.grads:
+            leaf.grad = grad
+        return self.results()
+
+    def results(self):
+        return _unflatten(self.structure, [Node(t.clone()) for t in self.outputs])
+
+
+# ---- arguments and results ----------------------------------------------------------
+
+def _signature(args) -> tuple:
+    key = [is_grad_enabled(), cpu_backend()]
+    for a in args:
+        if isinstance(a, (Node, Exp)):
+            if isinstance(a, Node) and a.requires_grad:
+                raise CaptureError("a captured function takes data, not parameters: an "
+                                   "argument requires grad (use the model's parameters "
+                                   "inside the function instead)")
+            key.append((type(a), a.shape, a.dtype, a.device))
+        else:
+            try:
+                hash(a)
+            except TypeError:
+                raise TypeError(f"a captured function's non-tensor arguments must be "
+                                f"hashable (they key the recording), got "
+                                f"{type(a).__name__}") from None
+            key.append(a)
+    return tuple(key)
+
+
+def _private_copy(a):
+    """A contiguous copy of a tensor argument (the buffer replays read), else None."""
+    if isinstance(a, Node):
+        return a.value.clone()
+    if isinstance(a, Exp):
+        return a.eval().clone()
+    return None
+
+
+def _flatten(out):
+    """The tensors in ``out`` (a Node, Tensor, None, or a tuple/list of them), realized."""
+    if out is None:
+        return [], None
+    if isinstance(out, Node):
+        return [out.value], "node"
+    if isinstance(out, Exp):
+        return [out.eval()], "tensor"
+    if isinstance(out, (tuple, list)):
+        tensors, parts = [], []
+        for item in out:
+            found, part = _flatten(item)
+            tensors += found
+            parts.append(part)
+        return tensors, (type(out), parts)
+    raise CaptureError(f"a captured function must return Nodes, tensors, None or tuples and "
+                       f"lists of them, got {type(out).__name__}")
+
+
+def _unflatten(structure, tensors: list):
+    it = iter(tensors)
+
+    def build(part):
+        if part is None:
+            return None
+        if part == "node":
+            return next(it)
+        if part == "tensor":
+            return next(it).value
+        kind, parts = part
+        return kind(build(p) for p in parts)
+
+    return build(structure)
+
+
+def _detached(out):
+    tensors, structure = _flatten(out)
+    return _unflatten(structure, [Node(t.clone()) for t in tensors])

@@ -1,0 +1,146 @@
+"""Capture: record the kernels a piece of code launches, then replay only those.
+
+An eager training step spends most of its time in Python: building trees,
+checking them, looking up Plans, marshalling kernel arguments, keeping the
+Node graph. Run the same step again on new data of the same shapes and all of
+that work repeats to produce the very same kernel calls. A ``Recording``
+keeps those calls -- each a compiled function with its arguments already
+bound -- so that ``replay()`` can run them in order, into the same buffers,
+with nothing else around them (the idea of CUDA graphs, done in Python).
+
+A replay repeats kernels and nothing else: not Python decisions, not values
+read back to the host. Two rules keep that honest while recording:
+
+* reading a tensor's values to the host (``numpy()``, ``item()``, printing)
+  raises ``CaptureError``, since whatever was decided from those values would
+  be frozen into every replay;
+* host-side work that must happen on every run (drawing random numbers, a
+  NumPy scatter-add) goes through ``host_op``, which runs it and records it.
+
+The user-facing wrapper for a whole training step is ``node/capture.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+
+class CaptureError(RuntimeError):
+    """Something a captured function did cannot be repeated by a replay."""
+
+
+class Recording:
+    """The kernel calls made while recording, and the buffers they write."""
+
+    __slots__ = ("calls", "written", "_written_ids", "_constants")
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.written: list = []  # storages, in first-write order
+        self._written_ids: set[int] = set()
+        self._constants: dict[int, object] = {}
+
+    def note_constant(self, storage) -> None:
+        """``storage`` was filled from host data while recording: a replay does not
+        fill it again, so no recorded kernel may write into it."""
+        self._constants[id(storage)] = storage
+
+    def add(self, fn, args, *storages) -> None:
+        for storage in storages:
+            if id(storage) in self._constants:
+                raise CaptureError(
+                    "a kernel writes in place into a tensor made from host data during the "
+                    "capture; replays would start from what the last run left in it. Make "
+                    "it before capturing, or with zeros()/full(), which replays refill")
+        self.calls.append((fn, args))
+        for storage in storages:
+            if id(storage) not in self._written_ids:
+                self._written_ids.add(id(storage))
+                self.written.append(storage)
+
+    def replay(self) -> None:
+        """Run every recorded call again, in order.
+
+        Each written buffer first counts a write (``Storage.before_write``), as the
+        eager run did: lazy values still reading it are realized, and saved tensors
+        see their version move.
+        """
+        for storage in self.written:
+            storage.before_write()
+        for fn, args in self.calls:
+            fn(*args)
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+
+#: The recording in progress, or None. The engine and the backends read it.
+ACTIVE: Recording | None = None
+
+
+@contextlib.contextmanager
+def recording():
+    """Record every kernel launched inside the ``with`` block into a new Recording."""
+    global ACTIVE
+    if ACTIVE is not None:
+        raise CaptureError("a capture is already recording; captures do not nest")
+    ACTIVE = rec = Recording()
+    try:
+        yield rec
+    finally:
+        ACTIVE = None
+
+
+def is_recording() -> bool:
+    return ACTIVE is not None
+
+
+def host_op(fn, *written_storages) -> None:
+    """Run ``fn()`` (host code that writes ``written_storages``); record it when capturing."""
+    fn()
+    if ACTIVE is not None:
+        ACTIVE.add(fn, (), *written_storages)
+
+
+def refuse_host_read(what: str) -> None:
+    """Raise if recording: a replay cannot repeat a read of values to the host."""
+    if ACTIVE is not None:
+        raise CaptureError(
+            f"{what} reads tensor values to the host while a step is being captured; a "
+            "replay repeats only kernels, so anything decided from those values would be "
+            "frozen. Read values outside the captured function (from what it returns)")
+
+
+class RecordingBackend:
+    """A device backend that also appends each kernel it runs to a Recording."""
+
+    def __init__(self, inner, rec: Recording):
+        self.inner, self.rec = inner, rec
+        self.name = inner.name
+        if not hasattr(inner, "elementwise_group"):
+            self.elementwise_group = None
+
+    def elementwise(self, plan, dst, leaves, scalars, saver: str):
+        call = self.inner.elementwise(plan, dst, leaves, scalars, saver)
+        fn, args = call or (self.inner.elementwise, (plan, dst, leaves, scalars, saver))
+        self.rec.add(fn, args, dst.storage)
+        return call
+
+    def elementwise_group(self, dsts, planned, savers) -> bool:
+        ran = self.inner.elementwise_group(dsts, planned, savers)
+        if ran:
+            self.rec.add(self.inner.elementwise_group, (dsts, planned, savers),
+                         *(d.storage for d in dsts))
+        return ran
+
+    def dot(self, dst, a, b, saver: str):
+        call = self.inner.dot(dst, a, b, saver)
+        fn, args = call or (self.inner.dot, (dst, a, b, saver))
+        self.rec.add(fn, args, dst.storage)
+        return call
+
+    def reduce(self, dst, e, saver: str):
+        call = self.inner.reduce(dst, e, saver)
+        fn, args = call or (self.inner.reduce, (dst, e, saver))
+        self.rec.add(fn, args, dst.storage)
+        return call
