@@ -2,7 +2,9 @@
 
 One training step is forward, softmax cross-entropy, backward and an SGD
 update with momentum 0.9, on a batch drawn from a fixed pool of synthetic
-MNIST-shaped data. The NumPy row is the same math written by hand (no
+MNIST-shaped data. minitorch_exp runs it twice: eagerly, and with forward,
+loss and backward under ``mt.capture`` (their kernels replayed, the optimizer
+step eager: what the MNIST example does). The NumPy row is the same math written by hand (no
 graph, no autograd, in-place updates): the "no framework overhead" floor.
 All three run in this process, on the same batches, with the same starting
 weights and thread counts; a sanity check first confirms that minitorch_exp
@@ -72,7 +74,9 @@ class Cycle:
 # The step builders take ``device`` ("cpu", or "cuda" for bench_cuda.py): the model,
 # its optimizer and the batch pool live there. The default is this script's setup.
 
-def minitorch_step(weights, data, device="cpu"):
+def minitorch_step(weights, data, device="cpu", captured=False):
+    """``captured``: forward, loss and backward run through ``mt.capture`` (replayed
+    kernels from the third step on); the optimizer step stays eager."""
     layers = []
     for i, (w, b) in enumerate(weights):
         lin = nn.Linear(w.shape[1], w.shape[0])
@@ -84,14 +88,21 @@ def minitorch_step(weights, data, device="cpu"):
     opt = nn.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     pool = Cycle([(mt.from_numpy(x).to(device), mt.from_numpy(y).to(device)) for x, y in data])
 
-    def step():
-        x, y = pool.next()
-        loss = nn.functional.cross_entropy(model(x), y)
+    def gradients(x, y):
         opt.zero_grad()
-        loss.backward()
+        nn.functional.cross_entropy(model(x), y).backward()
+
+    compute = mt.capture(gradients) if captured else gradients
+
+    def step():
+        compute(*pool.next())
         opt.step()
 
     return step, lambda: [p.numpy() for p in model.parameters()]
+
+
+def minitorch_captured_step(weights, data, device="cpu"):
+    return minitorch_step(weights, data, device, captured=True)
 
 
 # ---------------------------------------------------------------- PyTorch
@@ -173,13 +184,14 @@ def numpy_step(weights, data):
 def check_same_steps(weights, data, device="cpu", rtol=1e-4, atol=1e-6):
     """minitorch_exp (on ``device``) and the NumPy floor must do the same work: compare
     5 steps."""
-    (mstep, mparams) = minitorch_step(weights, data, device)
-    (nstep, nparams) = numpy_step(weights, data)
-    for _ in range(5):
-        mstep()
-        nstep()
-    for a, b in zip(mparams(), nparams()):
-        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+    for make in (minitorch_step, minitorch_captured_step):
+        (mstep, mparams) = make(weights, data, device)
+        (nstep, nparams) = numpy_step(weights, data)
+        for _ in range(5):
+            mstep()
+            nstep()
+        for a, b in zip(mparams(), nparams()):
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
 
 
 def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5) -> dict[str, float]:
@@ -243,7 +255,8 @@ def main(argv=None) -> int:
             data = batches(batch)
             size = f"{arch} b{batch}"
             check_same_steps(weights, data)
-            makers = {"numpy": numpy_step, "minitorch_exp": minitorch_step}
+            makers = {"numpy": numpy_step, "minitorch_exp": minitorch_step,
+                      "minitorch_exp captured": minitorch_captured_step}
             if has_torch:
                 makers["pytorch"] = torch_step
             steps = {name: make(weights, data)[0] for name, make in makers.items()}
