@@ -151,7 +151,7 @@ def test_save_rejects_unsupported_values(tmp_path):
 
 # ---- exact resume ---------------------------------------------------------------
 
-def make_run(example, x, y, optimizer: str):
+def make_run(example, x, y, optimizer: str, captured: bool):
     mt.manual_seed(0)
     model = example.build_model([32])
     if optimizer == "sgd":
@@ -160,36 +160,39 @@ def make_run(example, x, y, optimizer: str):
         opt = nn.optim.AdamW(model.parameters(), lr=1e-3)
     sched = nn.optim.CosineAnnealingLR(opt, T_max=2)
     loader = nn.DataLoader(nn.TensorDataset(x, y), batch_size=64, shuffle=True, seed=5)
-    return model, opt, sched, loader
+    return model, opt, sched, loader, example.make_train_step(model, opt, captured)
 
 
 def train_epochs(example, run, first, last):
-    model, opt, sched, loader = run
+    model, opt, sched, loader, step = run
     for epoch in range(first, last):
-        example.train_epoch(model, loader, opt, epoch, last)
+        example.train_epoch(step, loader, opt, epoch, last)
         sched.step()
 
 
+@pytest.mark.parametrize("captured", [True, False], ids=["captured", "eager"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_resume_is_bitwise_exact(example, mnist_subset, optimizer, tmp_path):
+def test_resume_is_bitwise_exact(example, mnist_subset, optimizer, captured, tmp_path):
+    """Also: a captured step gives the eager step's numbers, and one made before
+    ``load_state_dict`` still trains the loaded weights."""
     x, y = mnist_subset
-    straight = make_run(example, x, y, optimizer)
+    straight = make_run(example, x, y, optimizer, captured=False)
     train_epochs(example, straight, 0, 2)
 
-    first = make_run(example, x, y, optimizer)
+    first = make_run(example, x, y, optimizer, captured)
     train_epochs(example, first, 0, 1)
-    model, opt, sched, loader = first
+    model, opt, sched, loader, _ = first
     path = tmp_path / "checkpoint.npz"
     mt.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
              "scheduler": sched.state_dict(), "epoch": 1}, path)
     del first, model, opt, sched, loader
 
-    resumed = make_run(example, x, y, optimizer)  # fresh objects, different init below
+    resumed = make_run(example, x, y, optimizer, captured)  # fresh, different init below
     with mt.no_grad():
         for p in resumed[0].parameters():
             p += 1.0
     state = mt.load(path)
-    model, opt, sched, loader = resumed
+    model, opt, sched, loader, _ = resumed
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     sched.load_state_dict(state["scheduler"])
@@ -200,7 +203,7 @@ def test_resume_is_bitwise_exact(example, mnist_subset, optimizer, tmp_path):
         assert p.numpy().tobytes() == q.numpy().tobytes(), name
     assert straight[1].param_groups[0]["lr"] == resumed[1].param_groups[0]["lr"]
     # and training actually changed the weights
-    fresh = make_run(example, x, y, optimizer)[0]
+    fresh = make_run(example, x, y, optimizer, captured)[0]
     assert not np.array_equal(fresh[0].weight.numpy(), resumed[0][0].weight.numpy())
 
 
