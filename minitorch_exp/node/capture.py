@@ -78,6 +78,11 @@ class CapturedFunction:
         self._steps[key] = step = _Step.record(self.fn, args, leaves)
         return step.results()
 
+    @property
+    def recordings(self) -> list:
+        """The ``Recording`` (kernel calls) of each signature recorded so far."""
+        return [step.recording for step in self._steps.values()]
+
     def reset(self) -> None:
         """Forget every recording (the next calls warm up and record again)."""
         self._warm.clear()
