@@ -24,8 +24,11 @@ arguments, the values of the others, grad mode, the CPU evaluator):
    kernels, and gives each parameter the ``.grad`` the recorded run gave it.
 
 So ``fn``'s Python runs twice per signature; whatever else it does (printing,
-appending to lists, reading values) happens only then. Reading values inside
-it raises ``CaptureError``. Each call returns new detached copies of the
+appending to lists, reading values) happens only then, and whatever else it
+depends on (a module's ``train()``/``eval()`` mode, a flag) is frozen: call
+``reset()`` after changing it. Reading values inside it raises
+``CaptureError``. Called while another captured function records, it runs
+eagerly, so that the outer recording sees its kernels. Each call returns new detached copies of the
 tensors ``fn`` returned. A replay would be wrong, and so is not used, when a
 parameter's value was replaced since the recording (``load_state_dict`` with
 new tensors): the step is recorded again. It would differ from an eager call
@@ -63,6 +66,8 @@ class CapturedFunction:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args):
+        if _recording.ACTIVE is not None:  # inside another capture: be part of it
+            return _detached(self.fn(*args))
         key = _signature(args)
         step = self._steps.get(key)
         if step is not None and not step.stale():
