@@ -53,6 +53,12 @@ from .node import Node
 GRAD_LOG: list | None = None
 
 
+#: Signatures remembered per captured function. A non-tensor argument is part of the
+#: signature, so one that changes every call (pass it as a tensor instead) makes every
+#: call a warm-up; past this many, the recordings are dropped rather than piled up.
+MAX_SIGNATURES = 64
+
+
 def capture(fn):
     """Wrap ``fn`` so that repeated calls replay its kernels (see the module docstring)."""
     return CapturedFunction(fn)
@@ -76,6 +82,8 @@ class CapturedFunction:
             return _detached(self.fn(*args))  # a gradient to add to: eager, as promised
         leaves = self._warm.get(key)
         if leaves is None:
+            if len(self._warm) >= MAX_SIGNATURES:  # bounded, whatever the arguments
+                self.reset()
             with _logging_grads() as log:
                 out = self.fn(*args)
             self._warm[key] = [leaf for leaf, _ in log]
