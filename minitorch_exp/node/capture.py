@@ -48,8 +48,8 @@ from ..tensor.expr import Exp
 from .grad_mode import is_grad_enabled
 from .node import Node
 
-#: While a captured function runs eagerly, backward appends ``(leaf, saver)`` here for
-#: each gradient it writes into a leaf (``backward._accumulate``).
+#: While a captured function runs eagerly: ``(leaf, fresh)`` for each gradient backward
+#: writes into a leaf (``note_grad``).
 GRAD_LOG: list | None = None
 
 
@@ -86,7 +86,7 @@ class CapturedFunction:
                 self.reset()
             with _logging_grads() as log:
                 out = self.fn(*args)
-            self._warm[key] = [leaf for leaf, _ in log]
+            self._warm[key] = list({id(leaf): leaf for leaf, _ in log}.values())
             return _detached(out)
         self._steps[key] = step = _Step.record(self.fn, args, leaves)
         return step.results()
@@ -129,13 +129,14 @@ class _Step:
                      for a, t in zip(args, inputs)]
         with _logging_grads() as log, _recording.recording() as rec:
             outputs, structure = _flatten(fn(*call_args))
-        if any(saver != "=" for _, saver in log):
+        if not all(fresh for _, fresh in log):
             raise CaptureError(
-                "backward added to a .grad that already held a gradient; a captured step "
-                "must compute fresh gradients: call opt.zero_grad() in it (or before it)")
-        grads = [(leaf, leaf.grad) for leaf, _ in log]
-        return cls(rec, inputs, outputs, structure, grads,
-                   {id(leaf) for leaf, _ in log if id(leaf) in held_grad})
+                "backward added to a .grad holding a gradient from before the call; a "
+                "captured step must compute its gradients afresh: call opt.zero_grad() in "
+                "it (or before it)")
+        leaves = list({id(leaf): leaf for leaf, _ in log}.values())
+        return cls(rec, inputs, outputs, structure, [(leaf, leaf.grad) for leaf in leaves],
+                   {id(leaf) for leaf in leaves if id(leaf) in held_grad})
 
     def stale(self) -> bool:
         """A parameter that received a gradient was given a new value since recording."""
@@ -158,6 +159,18 @@ class _Step:
         return _unflatten(self.structure, [Node(t.clone()) for t in self.outputs])
 
 
+def note_grad(leaf) -> None:
+    """Backward is about to write a gradient into ``leaf`` (a captured function runs).
+
+    Logged with whether the call computes it afresh: ``.grad`` is empty, or the
+    recording has written it already (zeroed in place, or an earlier backward of
+    the same step), so that replays start from the same state.
+    """
+    grad = leaf.grad
+    rec = _recording.ACTIVE
+    GRAD_LOG.append((leaf, grad is None or (rec is not None and rec.wrote(grad.value.storage))))
+
+
 # ---- arguments and results ----------------------------------------------------------
 
 def _signature(args) -> tuple:
@@ -176,7 +189,7 @@ def _signature(args) -> tuple:
                 raise TypeError(f"a captured function's non-tensor arguments must be "
                                 f"hashable (they key the recording), got "
                                 f"{type(a).__name__}") from None
-            key.append(a)
+            key.append((type(a), a))  # 2 == 2.0 == True, but x * 2 and x * 2.0 differ
     return tuple(key)
 
 

@@ -23,6 +23,9 @@ The user-facing wrapper for a whole training step is ``node/capture.py``.
 from __future__ import annotations
 
 import contextlib
+import copy
+
+from .expr import RVALUE, Cast, Map, Reduce, Scalar
 
 
 class CaptureError(RuntimeError):
@@ -57,6 +60,10 @@ class Recording:
             if id(storage) not in self._written_ids:
                 self._written_ids.add(id(storage))
                 self.written.append(storage)
+
+    def wrote(self, storage) -> bool:
+        """Whether a recorded call has written ``storage`` so far."""
+        return id(storage) in self._written_ids
 
     def replay(self) -> None:
         """Run every recorded call again, in order.
@@ -141,6 +148,30 @@ class RecordingBackend:
 
     def reduce(self, dst, e, saver: str):
         call = self.inner.reduce(dst, e, saver)
-        fn, args = call or (self.inner.reduce, (dst, e, saver))
+        fn, args = call or (self.inner.reduce, (dst, frozen(e), saver))
         self.rec.add(fn, args, dst.storage)
         return call
+
+
+def frozen(e):
+    """``e`` as it reads now, for a call replayed by re-planning it.
+
+    Nodes already computed become their tensors; the others are copied, so a
+    result remembered on them later in the step (``realized``) cannot change
+    what the replay reads: at this point of the replay it would still hold the
+    previous call's numbers.
+    """
+    t = type(e)
+    if t is Reduce:  # the root, the engine's own copy
+        r = copy.copy(e)
+        r.x = frozen(e.x)
+        return r
+    if e.kind == RVALUE or t is Scalar:
+        return e
+    if e.realized is not None:
+        return e.realized
+    if t is Map:
+        return Map(e.op, tuple(frozen(a) for a in e.args))
+    if t is Cast:
+        return Cast(frozen(e.x), e.dtype)
+    raise TypeError(f"cannot record a reduction over a {t.__name__}")

@@ -84,14 +84,18 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu") -> Tensor:
 
 def rand(*shape, dtype=dtypes.float32, device="cpu", generator=None) -> Tensor:
     """Uniform on [0, 1)."""
-    rng = generator or _generator["rng"]
-    return _random(shape, lambda s: rng.random(s, dtype=np.float64), dtype, device)
+    return _random(shape, lambda s: _rng(generator).random(s, dtype=np.float64), dtype, device)
 
 
 def randn(*shape, dtype=dtypes.float32, device="cpu", generator=None) -> Tensor:
     """Standard normal."""
-    rng = generator or _generator["rng"]
-    return _random(shape, rng.standard_normal, dtype, device)
+    return _random(shape, lambda s: _rng(generator).standard_normal(s), dtype, device)
+
+
+def _rng(generator) -> np.random.Generator:
+    """``generator``, or the default one as it is now (a replay after ``manual_seed``
+    draws from the new one)."""
+    return generator or _generator["rng"]
 
 
 def _random(shape, draw, dtype, device) -> Tensor:
