@@ -36,7 +36,8 @@ def plot(name: str, title: str, xlabel: str) -> Path:
     for i, (row, ratios) in enumerate(table.items()):
         xs = [k + i * width for k in range(len(sizes))]
         ax.bar(xs, [ratios.get(s, float("nan")) for s in sizes], width, label=row)
-    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(sizes))], sizes)
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(sizes))], sizes, rotation=20,
+                  ha="right")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set(yscale="log", ylabel="time / baseline (lower is faster)", xlabel=xlabel,
            title=title)
