@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 
+from .counters import count
 from .expr import RVALUE, Cast, Map, Reduce, Scalar
 
 
@@ -48,14 +49,17 @@ class Recording:
         fill it again, so no recorded kernel may write into it."""
         self._constants[id(storage)] = storage
 
-    def add(self, fn, args, *storages) -> None:
+    def add(self, fn, args, *storages, tally=None) -> None:
+        """Record ``fn(*args)``, which writes ``storages``; ``tally``: the kernel counter
+        ``(device, kind)`` a replay of it counts (None: ``fn`` counts itself, or is no
+        kernel)."""
         for storage in storages:
             if id(storage) in self._constants:
                 raise CaptureError(
                     "a kernel writes in place into a tensor made from host data during the "
                     "capture; replays would start from what the last run left in it. Make "
                     "it before capturing, or with zeros()/full(), which replays refill")
-        self.calls.append((fn, args))
+        self.calls.append((fn, args, tally))
         for storage in storages:
             if id(storage) not in self._written_ids:
                 self._written_ids.add(id(storage))
@@ -74,8 +78,10 @@ class Recording:
         """
         for storage in self.written:
             storage.before_write()
-        for fn, args in self.calls:
+        for fn, args, tally in self.calls:
             fn(*args)
+            if tally is not None:
+                count(*tally)
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -129,8 +135,8 @@ class RecordingBackend:
 
     def elementwise(self, plan, dst, leaves, scalars, saver: str):
         call = self.inner.elementwise(plan, dst, leaves, scalars, saver)
-        fn, args = call or (self.inner.elementwise, (plan, dst, leaves, scalars, saver))
-        self.rec.add(fn, args, dst.storage)
+        self._add(call, "fused", self.inner.elementwise, (plan, dst, leaves, scalars, saver),
+                  dst)
         return call
 
     def elementwise_group(self, dsts, planned, savers) -> bool:
@@ -142,15 +148,21 @@ class RecordingBackend:
 
     def dot(self, dst, a, b, saver: str):
         call = self.inner.dot(dst, a, b, saver)
-        fn, args = call or (self.inner.dot, (dst, a, b, saver))
-        self.rec.add(fn, args, dst.storage)
+        self._add(call, "blas", self.inner.dot, (dst, a, b, saver), dst)
         return call
 
     def reduce(self, dst, e, saver: str):
         call = self.inner.reduce(dst, e, saver)
-        fn, args = call or (self.inner.reduce, (dst, frozen(e), saver))
-        self.rec.add(fn, args, dst.storage)
+        self._add(call, "reduce", self.inner.reduce, (dst, frozen(e), saver), dst)
         return call
+
+    def _add(self, call, kind: str, method, method_args, dst) -> None:
+        """Record the ready ``call`` the backend returned, else the method call itself
+        (which runs its checks and counts its kernel again on each replay)."""
+        if call is None:
+            self.rec.add(method, method_args, dst.storage)
+        else:
+            self.rec.add(*call, dst.storage, tally=(dst.device.type, kind))
 
 
 def frozen(e):

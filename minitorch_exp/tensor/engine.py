@@ -72,7 +72,7 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         counters.count(p.device, "fused")
         p.fn(*p.args)
         if capture.ACTIVE is not None:
-            capture.ACTIVE.add(p.fn, p.args, p.storage)
+            capture.ACTIVE.add(p.fn, p.args, p.storage, tally=(p.device, "fused"))
         return
     if not _fast_checks_pass(dst, e, saver):
         _check_assign(dst, e, saver)

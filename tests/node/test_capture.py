@@ -894,3 +894,21 @@ def test_kernels_writing_host_data_made_while_recording_raise():
             constant += src
     rec.replay()
     np.testing.assert_array_equal(refilled.numpy(), [0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("evaluator", ["numba", "numpy"])
+def test_replays_count_the_kernels_an_eager_call_counts(evaluator):
+    (model, opt), _ = twins()
+    step = mt.capture(functools.partial(train_step, model, opt))
+    data = batches([6] * 4)
+    counts = []
+    with T.using_cpu_backend(evaluator):
+        for x, y in data:
+            with mt.count_kernels() as k:
+                step(x, y)
+            counts.append(dict(k.counts))
+    warm_up, recording, *replays = counts
+    assert warm_up["total"] > 5
+    assert recording == {**warm_up, "fused": warm_up["fused"] + 2,  # copying in x and y
+                         "total": warm_up["total"] + 2}
+    assert all(replay == warm_up for replay in replays)
