@@ -23,17 +23,22 @@ arguments, the values of the others, grad mode, the CPU evaluator):
 3. every later call copies its arguments into those copies, replays the
    kernels, and gives each parameter the ``.grad`` the recorded run gave it.
 
-So ``fn``'s Python runs twice per signature; whatever else it does (printing,
-appending to lists, reading values) happens only then, and whatever else it
-depends on (a module's ``train()``/``eval()`` mode, a flag) is frozen: call
-``reset()`` after changing it. Reading values inside it raises
-``CaptureError``. Called while another captured function records, it runs
-eagerly, so that the outer recording sees its kernels. Each call returns new detached copies of the
-tensors ``fn`` returned. A replay would be wrong, and so is not used, when a
-parameter's value was replaced since the recording (``load_state_dict`` with
-new tensors): the step is recorded again. It would differ from an eager call
-when a parameter still holds a gradient that ``fn`` does not clear: backward
-would add to it, the replay overwrites it, so that call runs eagerly.
+So ``fn``'s Python runs twice per signature. What follows from that:
+
+* whatever else it does (printing, appending to lists) happens only then, and
+  whatever else it depends on (a module's ``train()``/``eval()`` mode, a flag)
+  is frozen: call ``reset()`` after changing it;
+* reading values inside it raises ``CaptureError``; each call returns new
+  detached copies of the tensors ``fn`` returned, to read outside;
+* a parameter that receives a gradient and was given a new value object since
+  the recording (an optimizer made afterwards moves parameters into its flat
+  buffers) makes the next call record again. ``load_state_dict`` writes into
+  the existing buffers, which replays read anyway; a frozen parameter given a
+  new value object is not noticed: call ``reset()``;
+* a parameter still holding a gradient that ``fn`` does not clear would make
+  an eager call add to it where a replay overwrites it: that call runs eagerly;
+* called while another captured function records, it runs eagerly, so that
+  the outer recording sees its kernels.
 """
 
 from __future__ import annotations
