@@ -70,6 +70,16 @@ def train_step(model, opt, x, y, zero_inside: bool = True, **loss_kw):
     return loss
 
 
+def counted_step(model, opt, body_runs: list, zero_inside: bool = True):
+    """``train_step`` on ``model`` through ``mt.capture``, noting each run of its body."""
+    @mt.capture
+    def step(x, y):
+        body_runs.append(1)
+        return train_step(model, opt, x, y, zero_inside)
+
+    return step
+
+
 def snapshot(model) -> list[np.ndarray]:
     return [a.numpy().copy() for p in model.parameters()
             for a in ((p, p.grad) if p.grad is not None else (p,))]
@@ -484,11 +494,7 @@ def test_gradients_held_when_the_caller_stops_zeroing_accumulate_as_eager():
     eagerly (the body runs again) and accumulates exactly as the eager twin does."""
     (m1, _), (m2, _) = twins(None)
     body_runs = []
-
-    @mt.capture
-    def step(x, y):
-        body_runs.append(1)
-        return train_step(m1, None, x, y, zero_inside=False)
+    step = counted_step(m1, None, body_runs, zero_inside=False)
 
     expected_runs = [1, 2, 2, 3, 4, 5, 5, 5, 5]  # calls 3-5 find gradients: eager
     for i, (x, y) in enumerate(batches([4] * 9)):
@@ -560,11 +566,7 @@ def test_load_state_dict_between_calls_is_seen_by_replays():
         for p in loaded.parameters():
             p *= -2.0
     body_runs = []
-
-    @mt.capture
-    def step(x, y):
-        body_runs.append(1)
-        return train_step(m1, o1, x, y)
+    step = counted_step(m1, o1, body_runs)
 
     for i, (x, y) in enumerate(batches([4] * 7)):
         if i == 4:  # copies into the parameters in place: same buffers, still replayed
@@ -584,11 +586,7 @@ def test_parameters_given_new_values_are_recorded_again():
     (a new value object): the step is recorded again, on the new buffers."""
     (m1, _), (m2, _) = twins(None)
     body_runs = []
-
-    @mt.capture
-    def step(x, y):
-        body_runs.append(1)
-        return train_step(m1, None, x, y, zero_inside=False)
+    step = counted_step(m1, None, body_runs, zero_inside=False)
 
     opts = [None, None]
     for i, (x, y) in enumerate(batches([4] * 7)):
