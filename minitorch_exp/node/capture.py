@@ -154,7 +154,7 @@ class _Step:
     def replay(self, args):
         for a, t in zip(args, self.inputs):
             if t is not None:
-                t.array[...] = (a.value if isinstance(a, Node) else a.eval()).array
+                t.array[...] = _tensor_of(a).array
         self.recording.replay()
         for leaf, grad in self.grads:
             leaf.grad = grad
@@ -198,13 +198,19 @@ def _signature(args) -> tuple:
     return tuple(key)
 
 
+def _tensor_of(a):
+    """The Tensor a tensor argument holds (evaluated if lazy), else None."""
+    if isinstance(a, Node):
+        return a.value
+    if isinstance(a, Exp):
+        return a.eval()
+    return None
+
+
 def _private_copy(a):
     """A contiguous copy of a tensor argument (the buffer replays read), else None."""
-    if isinstance(a, Node):
-        return a.value.clone()
-    if isinstance(a, Exp):
-        return a.eval().clone()
-    return None
+    t = _tensor_of(a)
+    return None if t is None else t.clone()
 
 
 def _flatten(out):

@@ -22,7 +22,7 @@ class Context:
 
     # __dict__: a user Function may keep any attribute on ctx (``ctx.alpha = alpha``)
     __slots__ = ("fn", "inputs", "needs_input_grad", "_saved", "_versions", "freed", "attrs",
-                 "where", "recording", "known_reads", "__dict__")
+                 "where", "keeps_graph", "known_reads", "__dict__")
 
     def __init__(self, fn, needs_input_grad, known_reads: dict | None = None):
         self.fn = fn
@@ -33,7 +33,7 @@ class Context:
         self.freed = False
         self.attrs: dict = {}
         self.where = None
-        self.recording = True  # False when no graph is kept: nothing needs saving
+        self.keeps_graph = True  # False when no graph is kept: nothing needs saving
         #: During forward: what the lazy inputs' trees read, by ``id`` of the tree (apply).
         self.known_reads = {} if known_reads is None else known_reads
 
@@ -48,7 +48,7 @@ class Context:
 
     def save_for_backward(self, *values) -> None:
         """Keep ``values`` for backward and remember the version of every buffer they read."""
-        if not self.recording:
+        if not self.keeps_graph:
             return
         self._saved = values
         storages = _storages(values, self.known_reads)
@@ -140,7 +140,7 @@ class Function:
         record = True in needs and is_grad_enabled()
         ctx = Context(cls, tuple(needs), known)
         ctx.attrs = attrs
-        ctx.recording = record
+        ctx.keeps_graph = record
         out = cls.forward(ctx, *values, **attrs)
         if isinstance(out, Node):
             out = out._value

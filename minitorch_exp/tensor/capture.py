@@ -115,13 +115,12 @@ def host_op(fn, *written_storages) -> None:
         ACTIVE.add(fn, (), *written_storages)
 
 
-def refuse_host_read(what: str) -> None:
-    """Raise if recording: a replay cannot repeat a read of values to the host."""
-    if ACTIVE is not None:
-        raise CaptureError(
-            f"{what} reads tensor values to the host while a step is being captured; a "
-            "replay repeats only kernels, so anything decided from those values would be "
-            "frozen. Read values outside the captured function (from what it returns)")
+def host_read_error(what: str) -> CaptureError:
+    """The error for reading values to the host while recording: a replay cannot repeat it."""
+    return CaptureError(
+        f"{what} reads tensor values to the host while a step is being captured; a "
+        "replay repeats only kernels, so anything decided from those values would be "
+        "frozen. Read values outside the captured function (from what it returns)")
 
 
 class RecordingBackend:

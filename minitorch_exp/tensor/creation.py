@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -35,16 +34,21 @@ def _make(arr: np.ndarray, device) -> Tensor:
 def _filled(shape, value, dtype, device) -> Tensor:
     shape = check_shape(normalize_shape(shape))
     dtype = dtypes.as_dtype(dtype)
-    device = as_device(device)
-    if capture.ACTIVE is None:
-        return from_array(device.xp.full(shape, value, dtype=dtype), device)
-    t = new_empty(shape, dtype, device)  # while capturing, every replay fills it again
-    capture.host_op(functools.partial(_fill, t.array, value), t.storage)
+    return _written_on_host(shape, dtype, as_device(device), _fill, value)
+
+
+def _written_on_host(shape, dtype, device, write, arg) -> Tensor:
+    """A new tensor that ``write(tensor, arg)`` fills from the host (a constant, random
+    numbers); while capturing, every replay runs it again (see ``capture.host_op``)."""
+    t = new_empty(shape, dtype, device)
+    write(t, arg)
+    if capture.ACTIVE is not None:
+        capture.ACTIVE.add(write, (t, arg), t.storage)
     return t
 
 
-def _fill(arr, value) -> None:
-    arr[...] = value
+def _fill(t: Tensor, value) -> None:
+    t.storage.data[...] = value  # new_empty made it: the whole flat buffer, in order
 
 
 def empty(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
@@ -99,20 +103,15 @@ def _rng(generator) -> np.random.Generator:
 
 
 def _random(shape, draw, dtype, device) -> Tensor:
-    """A tensor of ``draw(shape)`` (host random numbers); while capturing, every
-    replay draws new ones from the same generator, as an eager run would."""
+    """A tensor of ``draw(shape)``: host random numbers, drawn anew by every replay of
+    a capture, as an eager run would."""
     shape = check_shape(normalize_shape(shape))
-    dtype = dtypes.as_dtype(dtype)
-    if capture.ACTIVE is None:
-        return _make(draw(shape).astype(dtype), device)
-    t = new_empty(shape, dtype, as_device(device))
-    capture.host_op(functools.partial(_redraw, t, draw), t.storage)
-    return t
+    return _written_on_host(shape, dtypes.as_dtype(dtype), as_device(device), _redraw, draw)
 
 
 def _redraw(t: Tensor, draw) -> None:
-    values = draw(t.shape)
-    t.array[...] = values if t.device.type == "cpu" else t.device.xp.asarray(values)
+    values = draw(t.shape).reshape(-1)
+    t.storage.data[...] = values if t.device.type == "cpu" else t.device.xp.asarray(values)
 
 
 def _like(t, dtype, device):

@@ -67,7 +67,7 @@ class Tensor(Exp):
     def numpy(self) -> np.ndarray:
         """The elements as a NumPy array sharing memory (copied to host for cuda)."""
         if capture.ACTIVE is not None:
-            capture.refuse_host_read("numpy()")
+            raise capture.host_read_error("numpy()")
         if self.device.type != "cpu":
             return self.device.xp.asnumpy(self.array)
         return self.array
@@ -237,13 +237,9 @@ def _advanced_index(t: Tensor, key) -> Tensor:
         result = t.device.xp.asarray(t.array[index])
     except IndexError as err:
         raise IndexError(f"index into a tensor of shape {t.shape}: {err}") from None
-    if capture.ACTIVE is None:
-        return from_array(result.copy(), t.device)
-    # While capturing, the gather (done by the array module) is recorded, so that
-    # replays repeat it; ``out`` is its result, not a constant of the capture.
-    flat = t.device.xp.ascontiguousarray(result).reshape(-1).copy()
-    out = Tensor(Storage(flat, t.device), L.contiguous(result.shape))
-    capture.ACTIVE.add(_gather, (out.array, t.array, index), out.storage)
+    out = _wrap_array(result.copy(), t.device)  # not a constant of a capture: recorded below
+    if capture.ACTIVE is not None:  # a gather by the array module: replays must repeat it
+        capture.ACTIVE.add(_gather, (out.array, t.array, index), out.storage)
     return out
 
 
