@@ -91,7 +91,7 @@ class CapturedFunction:
                 self.reset()
             with _logging_grads() as log:
                 out = self.fn(*args)
-            self._warm[key] = list({id(leaf): leaf for leaf, _ in log}.values())
+            self._warm[key] = _leaves(log)
             return _detached(out)
         self._steps[key] = step = _Step.record(self.fn, args, leaves)
         return step.results()
@@ -105,6 +105,11 @@ class CapturedFunction:
         """Forget every recording (the next calls warm up and record again)."""
         self._warm.clear()
         self._steps.clear()
+
+
+def _leaves(log: list) -> list:
+    """The leaves in a gradient log, once each, in order."""
+    return list({id(leaf): leaf for leaf, _ in log}.values())
 
 
 @contextlib.contextmanager
@@ -139,7 +144,7 @@ class _Step:
                 "backward added to a .grad holding a gradient from before the call; a "
                 "captured step must compute its gradients afresh: call opt.zero_grad() in "
                 "it (or before it)")
-        leaves = list({id(leaf): leaf for leaf, _ in log}.values())
+        leaves = _leaves(log)
         return cls(rec, inputs, outputs, structure, [(leaf, leaf.grad) for leaf in leaves],
                    {id(leaf) for leaf in leaves if id(leaf) in held_grad})
 
@@ -161,7 +166,7 @@ class _Step:
         return self.results()
 
     def results(self):
-        return _unflatten(self.structure, [Node(t.clone()) for t in self.outputs])
+        return _copies(self.structure, self.outputs)
 
 
 def note_grad(leaf) -> None:
@@ -250,4 +255,9 @@ def _unflatten(structure, tensors: list):
 
 def _detached(out):
     tensors, structure = _flatten(out)
+    return _copies(structure, tensors)
+
+
+def _copies(structure, tensors: list):
+    """New detached Nodes holding copies of ``tensors``, in ``structure``."""
     return _unflatten(structure, [Node(t.clone()) for t in tensors])
