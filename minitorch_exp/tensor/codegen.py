@@ -228,9 +228,29 @@ def operand_kinds(strides: list, offsets: list, shares_dst: list[bool]) -> tuple
     return tuple(kinds)
 
 
-def reduce_kinds(reduced_strides: list) -> tuple[str, ...]:
-    """Innermost reduced-stride kind of each leaf: ``1`` (unit) or ``s``."""
-    return tuple("1" if st[-1] == 1 else "s" for st in reduced_strides)
+def reduce_kinds(kept_strides: list, reduced_strides: list, by_columns: bool
+                 ) -> tuple[str, ...]:
+    """Each leaf's stride kind in the innermost loop, ``1`` (unit) or ``s``: the last
+    reduced dim, or the last kept one when the loops go ``by_columns``.
+    ``kept_strides`` starts with the output's, as ``reduce_layout`` returns them."""
+    inner = kept_strides[1:] if by_columns else reduced_strides
+    return tuple("1" if st[-1] == 1 else "s" for st in inner)
+
+
+def reduces_by_columns(kept_strides: list, reduced_strides: list) -> bool:
+    """True when a leaf's reduced dims stride further than its kept ones (a column sum).
+
+    Reducing one output at a time would then walk memory out of order and
+    revisit each cache line once per output. The loops go the other way round:
+    reduced outside, kept inside, each row of input folded into a row of
+    accumulators.
+    """
+    for kept, reduced in zip(kept_strides[1:], reduced_strides):
+        k = min((abs(s) for s in kept if s), default=math.inf)
+        r = min((abs(s) for s in reduced if s), default=math.inf)
+        if r != math.inf and k < r:
+            return True
+    return False
 
 
 def reduce_layout(x_shape: L.Shape, axes: tuple[int, ...], layouts: list[L.Layout]

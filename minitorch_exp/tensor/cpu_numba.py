@@ -84,7 +84,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import math
 import os
 import sys
 import tempfile
@@ -285,14 +284,18 @@ def _module_text(plans, functions: list[list[str]], fastmath: bool = False) -> s
 # ---- reduction kernel source -------------------------------------------------
 
 def reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
-                  kinds: tuple[str, ...] | None = None, dst_dtype=None) -> str:
+                  kinds: tuple[str, ...] | None = None, dst_dtype=None,
+                  by_columns: bool = False) -> str:
     """The Python module compiled for ``op`` (sum, mean, max, min) over a fused input.
 
     Kept dims are the outer loops (one output each, ``prange`` over the first);
     reduced dims are the inner loops, accumulating into a local. With no kept
     dim, the parallel variant splits the outermost reduced loop into chunks
-    whose partial results are combined at the end. ``kinds`` are the innermost
-    *reduced* stride kinds of the leaves (``1`` or ``s``).
+    whose partial results are combined at the end. ``by_columns`` (the reduced
+    dims stride further than the kept ones, ``codegen.reduces_by_columns``)
+    turns the loops round: reduced outside, kept inside, accumulating into a
+    row per chunk of the outermost reduced loop, so memory is read in order.
+    ``kinds`` are the leaves' stride kinds (``1`` or ``s``) in the innermost loop.
 
     Sums compile with ``fastmath={"reassoc"}``: without it LLVM must add in
     order, one element per add latency; with it the float64 accumulation is
@@ -302,7 +305,8 @@ def reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
     kinds = kinds or ("1",) * plan.n_leaves
     result_dtype = C.reduce_result_dtype(op, plan.dtype)
     dst_dtype = np.dtype(dst_dtype or result_dtype)
-    spec = _ReduceSpec(plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype)
+    spec = _ReduceSpec(plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype,
+                       by_columns)
     functions = [spec.function(name, parallel)
                  for name, parallel in (("serial", False), ("parallel", True))]
     return _module_text([plan], functions, fastmath=op in ("sum", "mean"))
@@ -322,9 +326,11 @@ def _identity(op: str, dtype: np.dtype) -> str:
 class _ReduceSpec:
     """Everything one reduction kernel's source depends on."""
 
-    def __init__(self, plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype):
+    def __init__(self, plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype,
+                 by_columns):
         self.plan, self.op, self.saver = plan, op, saver
         self.n_kept, self.n_reduced, self.kinds = n_kept, n_reduced, kinds
+        self.by_columns = by_columns
         self.result_dtype, self.dst_dtype = result_dtype, dst_dtype
         self.acc_dtype = C.accumulator_dtype(op, plan.dtype)
         self.leaves = [f"in{i}" for i in range(plan.n_leaves)]
@@ -333,13 +339,17 @@ class _ReduceSpec:
         k, r = self.n_kept, self.n_reduced
         params = [f"k{d}" for d in range(k)] + [f"r{d}" for d in range(r)]
         params += ["out", "out_o"] + [f"out_s{d}" for d in range(k)]
-        for arr, kind in zip(self.leaves, self.kinds):
-            params += [arr, f"{arr}_o"] + [f"{arr}_k{d}" for d in range(k)]
-            params += [f"{arr}_r{d}" for d in range(r if kind == "s" else r - 1)]
+        for arr, kind in zip(self.leaves, self.kinds):  # a unit innermost stride is implied
+            unit = int(kind == "1")
+            params += [arr, f"{arr}_o"]
+            params += [f"{arr}_k{d}" for d in range(k - unit if self.by_columns else k)]
+            params += [f"{arr}_r{d}" for d in range(r if self.by_columns else r - unit)]
         return params + C.scalar_names(self.plan) + ["count", "chunks"]
 
     def function(self, name: str, parallel: bool) -> list[str]:
         lines = [f"def {name}({', '.join(self.params())}):"]
+        if self.by_columns:
+            return lines + self._by_columns(parallel)
         base = {arr: f"{arr}_o" for arr in ["out", *self.leaves]}
         depth = 1
         for d in range(self.n_kept):
@@ -370,6 +380,58 @@ class _ReduceSpec:
         lines += [_pad(depth + 1) + line for line in self._combine("partial[c]")]
         return lines + [_pad(depth) + line for line in self._store(base["out"])]
 
+    def _by_columns(self, parallel) -> list[str]:
+        """Chunks of the outermost reduced loop, each folding its rows of input into its
+        own row of accumulators (kept loops innermost); then the rows' combination."""
+        acc = C.PYTHON.type_name(self.acc_dtype)
+        kept = " * ".join(f"k{d}" for d in range(self.n_kept))
+        lines = [_pad(1) + f"partial = np.empty((chunks, {kept}), {acc})",
+                 _pad(1) + "step = (r0 + chunks - 1) // chunks",
+                 _loop(1, "c", "chunks", parallel),
+                 _pad(2) + "row = partial[c]",
+                 _pad(2) + f"row[:] = {_identity(self.op, self.acc_dtype)}"]
+        base = {arr: f"{arr}_o" for arr in self.leaves}
+        depth = 2
+        for d in range(self.n_reduced):
+            bounds = "range(c * step, min(r0, (c + 1) * step))" if d == 0 else f"range(r{d})"
+            lines.append(_pad(depth) + f"for j{d} in {bounds}:")
+            depth += 1
+            for arr in self.leaves:
+                lines.append(_pad(depth) + f"{arr}_q{d} = {base[arr]} + j{d} * {arr}_r{d}")
+                base[arr] = f"{arr}_q{d}"
+        inner = self.n_kept - 1
+        lines += self._kept_loops(depth, base, inner)
+        depth += self.n_kept
+        body = []
+        for i, (arr, kind) in enumerate(zip(self.leaves, self.kinds)):
+            step = f"i{inner}" if kind == "1" else f"i{inner} * {arr}_k{inner}"
+            body.append(f"x{i} = {arr}[np.uint64({base[arr]} + {step})]")
+        rendered, result, _ = C.render_body(self.plan, C.PYTHON)
+        body += rendered + self._combine(result, f"row[np.uint64(a{inner})]")
+        lines += [_pad(depth) + line for line in body]
+        out = {"out": "out_o"}
+        lines += self._kept_loops(1, out, self.n_kept)
+        lines += [_pad(1 + self.n_kept) + line for line in (
+            f"acc = {_identity(self.op, self.acc_dtype)}", "for c in range(chunks):",
+            *["    " + line for line in self._combine(f"partial[c, a{inner}]")],
+            *self._store(out["out"]))]
+        return lines
+
+    def _kept_loops(self, depth, base: dict, n_positioned: int) -> list[str]:
+        """The kept loops, each advancing the flat accumulator index ``a<d>`` and, for
+        the first ``n_positioned`` of them, each array's position in ``base``."""
+        lines = []
+        for d in range(self.n_kept):
+            lines.append(_loop(depth + d, f"i{d}", f"k{d}", False))
+            pad = _pad(depth + d + 1)
+            lines.append(pad + (f"a{d} = i{d}" if d == 0 else f"a{d} = a{d - 1} * k{d} + i{d}"))
+            if d < n_positioned:
+                for arr in base:
+                    stride = f"{arr}_s{d}" if arr == "out" else f"{arr}_k{d}"
+                    lines.append(pad + f"{arr}_p{d} = {base[arr]} + i{d} * {stride}")
+                    base[arr] = f"{arr}_p{d}"
+        return lines
+
     def _accumulate(self, depth, base, chunked: bool) -> list[str]:
         lines = [_pad(depth) + f"acc = {_identity(self.op, self.acc_dtype)}"]
         base = dict(base)
@@ -392,13 +454,13 @@ class _ReduceSpec:
         body += rendered + self._combine(result)
         return lines + [_pad(depth) + line for line in body]
 
-    def _combine(self, value: str) -> list[str]:
+    def _combine(self, value: str, acc: str = "acc") -> list[str]:
         """Fold ``value`` into ``acc``; max and min propagate NaN as NumPy does."""
         v = f"v = {C.PYTHON.convert(value, self.acc_dtype)}"
         if self.op in ("sum", "mean"):
-            return [v, "acc = acc + v"]
+            return [v, f"{acc} = {acc} + v"]
         op = OPS["maximum" if self.op == "max" else "minimum"]
-        return [v, "acc = " + C.PYTHON.apply(op, ["v", "acc"], self.acc_dtype)]
+        return [v, f"{acc} = " + C.PYTHON.apply(op, ["v", acc], self.acc_dtype)]
 
     def _store(self, out_base: str) -> list[str]:
         value = C.PYTHON.convert("acc / count" if self.op == "mean" else "acc",
@@ -610,7 +672,8 @@ class NumbaBackend:
         loops = None if _numpy_reduces_better(e.op, large, plan) else \
             _reduce_loops(dst, e, leaves)
         kernel = None if loops is None else _compiled_or_none(plan, lambda: _reduce_kernel(
-            plan, e.op, len(loops.kept), len(loops.reduced), saver, loops.kinds, dst.dtype))
+            plan, e.op, len(loops.kept), len(loops.reduced), saver, loops.kinds, dst.dtype,
+            loops.by_columns))
         if kernel is None:
             return self.fallback.reduce(dst, e, saver)
         count("cpu", "reduce")
@@ -620,11 +683,22 @@ class NumbaBackend:
         for t, copy, tail in zip(leaves, loops.copies, loops.tails):
             args += [_private_copy(t) if copy else t.storage.data, *tail]
         parallel = _go_parallel(e.x.numel() * (1 + len(leaves) + len(plan.instrs)))
-        chunks = numba.get_num_threads() * 4 if parallel and not loops.kept else 1
+        chunks = _chunks(loops, parallel)
         args += [*scalars, float(C.reduce_count(e.x.shape, e.axes)), chunks]  # 0: mean is nan
         fn = kernel.parallel if parallel else kernel.serial
         fn(*args)
         return None if True in loops.copies else (fn, args)
+
+
+def _chunks(loops, parallel: bool) -> int:
+    """How many pieces a reduction's outermost reduced loop is cut into: one per thread
+    for a column reduction (each piece has a row of accumulators), four per thread
+    for a full one (the prange balances them), else one (the kept loop is the prange)."""
+    if parallel and loops.by_columns:
+        return numba.get_num_threads()
+    if parallel and not loops.kept:
+        return numba.get_num_threads() * 4
+    return 1
 
 
 def _compiled_or_none(plan, build):
@@ -816,15 +890,16 @@ class ReduceLoops(NamedTuple):
     reduced: L.Shape                    # merged reduced sizes
     out_tail: tuple                     # dst: (offset, *kept strides)
     tails: list                         # per leaf: (offset, *kept, *reduced strides)
-    kinds: tuple[str, ...]              # per leaf: innermost reduced stride kind
+    kinds: tuple[str, ...]              # per leaf: innermost loop's stride kind
     copies: tuple[bool, ...]            # per leaf: read through a private copy
+    by_columns: bool                    # reduced loops outside (codegen.reduces_by_columns)
 
 
 _REDUCE_LOOPS: dict[tuple, ReduceLoops | None] = {}
 
 
 def _reduce_loops(dst, e, leaves) -> ReduceLoops | None:
-    """The loops for ``dst (saver)= e``; None when NumPy's reduction is the better walk.
+    """The loops for ``dst (saver)= e``; None beyond MAX_DIMS.
 
     Like ``_loop_layout`` it depends only on layouts, so it is memoized on them.
     """
@@ -842,36 +917,28 @@ def _plan_reduce_loops(dst, e, leaves) -> ReduceLoops | None:
         copies.append(overlaps(dst, t.storage, lay))
         layouts.append(L.broadcast_layout(L.contiguous(t.shape), x_shape) if copies[-1] else lay)
     kept, reduced, kstrides, rstrides = C.reduce_layout(x_shape, e.axes, layouts)
-    if len(kept) > MAX_DIMS or len(reduced) > MAX_DIMS or _across_memory(kstrides, rstrides):
+    if len(kept) > MAX_DIMS or len(reduced) > MAX_DIMS:
         return None
     if not reduced:  # nothing left to reduce: one step of one
         reduced, rstrides = (1,), [(0,) for _ in leaves]
-    kinds = C.reduce_kinds(rstrides)
-    tails = [(lay.offset, *ks, *rs[:len(reduced) - (kind == "1")])
-             for lay, ks, rs, kind in zip(layouts[1:], kstrides[1:], rstrides, kinds)]
-    return ReduceLoops(kept, reduced, (out.offset, *kstrides[0]), tails, kinds, tuple(copies))
+    by_columns = C.reduces_by_columns(kstrides, rstrides)
+    kinds = C.reduce_kinds(kstrides, rstrides, by_columns)
+    # A unit stride in the innermost loop is implied, not passed (_ReduceSpec.params).
+    unit = [kind == "1" for kind in kinds]
+    tails = [(lay.offset, *ks[:len(kept) - u], *rs) if by_columns else
+             (lay.offset, *ks, *rs[:len(reduced) - u])
+             for lay, ks, rs, u in zip(layouts[1:], kstrides[1:], rstrides, unit)]
+    return ReduceLoops(kept, reduced, (out.offset, *kstrides[0]), tails, kinds, tuple(copies),
+                       by_columns)
 
 
-def _across_memory(kstrides, rstrides) -> bool:
-    """True when a leaf's reduced loops stride further than its kept ones (a column sum).
-
-    Reducing one output's column at a time would then revisit each cache line
-    once per output; NumPy's reduction walks memory in order instead.
-    """
-    for kept, reduced in zip(kstrides[1:], rstrides):
-        k = min((abs(s) for s in kept if s), default=math.inf)
-        r = min((abs(s) for s in reduced if s), default=math.inf)
-        if r != math.inf and k < r:
-            return True
-    return False
-
-
-def _reduce_kernel(plan, op, n_kept, n_reduced, saver, kinds, dst_dtype):
-    key = ("numba-reduce", op, n_kept, n_reduced, saver, kinds, dst_dtype.char)
+def _reduce_kernel(plan, op, n_kept, n_reduced, saver, kinds, dst_dtype, by_columns):
+    key = ("numba-reduce", op, n_kept, n_reduced, saver, kinds, dst_dtype.char, by_columns)
     kernel = plan.compiled.get(key)
     if kernel is None:
         with _LOCK:
             bindings = _user_bindings(plan)
-            source = reduce_source(plan, op, n_kept, n_reduced, saver, kinds, dst_dtype)
+            source = reduce_source(plan, op, n_kept, n_reduced, saver, kinds, dst_dtype,
+                                   by_columns)
             kernel = plan.compiled[key] = load_module(source, bindings)
     return kernel

@@ -231,10 +231,11 @@ def _source(k: Kernel, dst, saver, target, elementwise_source, reduce_source) ->
     if k.kind == "reduce":
         if k.body.op == "argmax":
             return None
-        n_kept, n_reduced, kinds = _reduce_loops(k, leaves, dst, C)
+        n_kept, n_reduced, kinds, by_columns = _reduce_loops(k, leaves, dst, C)
         if target == "cuda":
             return reduce_source(plan, k.body.op, n_kept, n_reduced, saver, dst_dtype)
-        return reduce_source(plan, k.body.op, n_kept, n_reduced, saver, kinds, dst_dtype)
+        return reduce_source(plan, k.body.op, n_kept, n_reduced, saver, kinds, dst_dtype,
+                             by_columns)
     ndim, kinds = _loops(k, leaves, dst, C)
     if target == "cuda":
         return elementwise_source(plan, ndim, saver, dst_dtype)
@@ -257,10 +258,11 @@ def _reduce_loops(k: Kernel, leaves, dst, C):
         L.contiguous(r.kept_shape)
     layouts = [L.broadcast_layout(kept, r.x.shape)]
     layouts += [L.broadcast_layout(t.layout, r.x.shape) for t in leaves]
-    kshape, rshape, _, rstrides = C.reduce_layout(r.x.shape, r.axes, layouts)
+    kshape, rshape, kstrides, rstrides = C.reduce_layout(r.x.shape, r.axes, layouts)
     if not rshape:
         rshape, rstrides = (1,), [(0,) for _ in leaves]
-    return len(kshape), len(rshape), C.reduce_kinds(rstrides)
+    by_columns = C.reduces_by_columns(kstrides, rstrides)
+    return len(kshape), len(rshape), C.reduce_kinds(kstrides, rstrides, by_columns), by_columns
 
 
 # ---- bytes moved, against eager NumPy ---------------------------------------------

@@ -29,6 +29,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import minitorch_exp.tensor as mt  # noqa: E402
 from minitorch_exp.tensor import cpu_numba  # noqa: E402
+from minitorch_exp.tensor.explain import explain  # noqa: E402
 from minitorch_exp.tensor.expr import as_exp  # noqa: E402
 from minitorch_exp.tensor.plan import make_plan  # noqa: E402
 
@@ -249,6 +250,26 @@ def test_reductions_go_parallel(monkeypatch, axis):
         return [(x * 2).sum(axis=axis).numpy(), x.max(axis=axis).numpy()]
     for expected, actual in zip(*both_backends(run)):
         assert_same(expected, actual, np.float32)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+def test_column_reductions_are_one_compiled_loop_in_memory_order(op):
+    a = np.random.default_rng(2).standard_normal((6, 37, 5)).astype(np.float32)
+    x = mt.from_numpy(a)
+    e = getattr(x * 2, op)(axis=(0, 1))  # kept dim innermost in memory: a column reduction
+    dst = mt.from_numpy(np.empty(5, np.float32))
+    with mt.using_cpu_backend("numba"):
+        plan, leaves, _ = make_plan(e.x, 3)
+        assert cpu_numba._reduce_loops(dst, e, leaves).by_columns
+        call = cpu_numba.NumbaBackend().reduce(dst, e, "=")
+    assert call is not None, "ran on the NumPy evaluator, not as a compiled loop"
+    fn, args = call
+    dst.numpy()[...] = 0
+    fn(*args)  # the call alone gives the whole result
+    np.testing.assert_allclose(dst.numpy(), getattr(a.astype(np.float64) * 2, op)(axis=(0, 1)),
+                               rtol=1e-6)
+    text = explain(e, backend="numba", parts=["code"])
+    assert "row = partial[c]" in text and "for j0 in range(c * step" in text
 
 
 def test_argmax_falls_back_to_numpy():
