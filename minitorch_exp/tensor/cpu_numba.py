@@ -42,10 +42,13 @@ only when a large enough array first needs it. Cold, a kernel compiles in
 
 Reductions (sum, mean, max, min) are one kernel over the fused input: kept
 dims outside, reduced dims inside accumulating into a local (float32 sums in
-float64). Column-wise reductions (the reduced dims stride further than the
-kept ones) go to the NumPy evaluator, which walks memory in order; so do
-argmax, and max/min of large inputs: their NaN-propagating compare does not
-vectorize (20x slower than NumPy's SIMD maximum.reduce at 1e7).
+float64). A column reduction (the reduced dims stride further than the kept
+ones, e.g. a bias gradient ``g.sum(0)``) turns the loops round so memory is
+read in order: reduced outside, kept inside, each row of input added into a
+row of accumulators (a 128x256 float32 column sum: 3.3 us, NumPy 5.5 us).
+argmax goes to the NumPy evaluator, and so do max/min of large inputs:
+their NaN-propagating compare does not vectorize (20x slower than NumPy's
+SIMD maximum.reduce at 1e7).
 
 Which evaluator, measured on the 2-core reference machine
 (``benchmarks/bench_update.py --ops --threshold --threading``):
