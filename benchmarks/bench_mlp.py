@@ -2,10 +2,11 @@
 
 One training step is forward, softmax cross-entropy, backward and an SGD
 update with momentum 0.9, on a batch drawn from a fixed pool of synthetic
-MNIST-shaped data. minitorch_exp runs it twice: eagerly, and with forward,
-loss and backward under ``mt.capture`` (their kernels replayed, the optimizer
-step eager: what the MNIST example does). The NumPy row is the same math written by hand (no
-graph, no autograd, in-place updates): the "no framework overhead" floor.
+MNIST-shaped data. minitorch_exp runs it twice: eagerly, and with the whole
+step under ``mt.capture`` (the kernels replayed, the optimizer's step re-run
+eagerly: what the MNIST example does). The NumPy row is the same math written
+by hand (no graph, no autograd, in-place updates): the "no framework
+overhead" floor.
 A last row times the step's matrix products alone (NumPy's BLAS): no framework
 does less work, so PyTorch's time over that row bounds how far ahead of
 PyTorch any framework can get on this machine.
@@ -78,8 +79,9 @@ class Cycle:
 # its optimizer and the batch pool live there. The default is this script's setup.
 
 def minitorch_step(weights, data, device="cpu", captured=False):
-    """``captured``: forward, loss and backward run through ``mt.capture`` (replayed
-    kernels from the third step on); the optimizer step stays eager."""
+    """``captured``: the step runs through ``mt.capture`` (forward, loss and backward
+    replayed as kernels from the third step on; the optimizer's step inside it,
+    which each replay runs eagerly)."""
     layers = []
     for i, (w, b) in enumerate(weights):
         lin = nn.Linear(w.shape[1], w.shape[0])
@@ -91,17 +93,13 @@ def minitorch_step(weights, data, device="cpu", captured=False):
     opt = nn.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     pool = Cycle([(mt.from_numpy(x).to(device), mt.from_numpy(y).to(device)) for x, y in data])
 
-    def gradients(x, y):
+    def train_step(x, y):
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
-
-    compute = mt.capture(gradients) if captured else gradients
-
-    def step():
-        compute(*pool.next())
         opt.step()
 
-    return step, lambda: [p.numpy() for p in model.parameters()]
+    run = mt.capture(train_step) if captured else train_step
+    return lambda: run(*pool.next()), lambda: [p.numpy() for p in model.parameters()]
 
 
 def minitorch_captured_step(weights, data, device="cpu"):

@@ -82,31 +82,33 @@ def evaluate(model, images, labels, device, batch_size: int = 2000):
 
 
 def make_train_step(model, optimizer, captured: bool = True):
-    """Forward, loss and backward for one batch; returns the loss and the number of
-    correct predictions (Nodes, so nothing is read back inside the step).
+    """One training step on one batch: forward, loss, backward, optimizer step. Returns
+    the loss and the number of correct predictions (Nodes, so nothing is read back
+    inside the step).
 
     Captured (the default), the step's kernels are recorded once and then replayed
     without the Python around them (``mt.capture``): the same numbers, faster.
-    The optimizer step stays outside, since its learning rate changes each epoch.
+    The optimizer's step runs again eagerly in each replay, so it sees the
+    learning rate the schedule sets each epoch.
     """
     def train_step(x, y):
         optimizer.zero_grad()
         logits = model(x)
         loss = nn.functional.cross_entropy(logits, y)
         loss.backward()
+        optimizer.step()
         return loss, (logits.argmax(1) == y).sum()
 
     return mt.capture(train_step) if captured else train_step
 
 
-def train_epoch(train_step, loader, optimizer, epoch: int, epochs: int):
+def train_epoch(train_step, loader, epoch: int, epochs: int):
     seen, correct, loss_sum = 0, 0, 0.0
     start = time.perf_counter()
     bar = tqdm(loader, desc=f"epoch {epoch + 1}/{epochs}", unit="batch", leave=True,
                dynamic_ncols=True, mininterval=0.5, disable=None)
     for x, y in bar:
         loss, n_correct = train_step(x, y)
-        optimizer.step()
         n = y.shape[0]
         seen += n
         loss_sum += loss.item() * n
@@ -189,8 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = out / "checkpoint.npz"
     predictions = None
     for epoch in range(first_epoch, args.epochs):
-        train_loss, train_acc, speed = train_epoch(train_step, loader, optimizer, epoch,
-                                                   args.epochs)
+        train_loss, train_acc, speed = train_epoch(train_step, loader, epoch, args.epochs)
         scheduler.step()
         test_loss, test_acc, predictions = evaluate(model, test_x, test_y, args.device)
         for key, value in zip(history, (train_loss, train_acc, test_loss, test_acc)):

@@ -24,7 +24,6 @@ import math
 from ..node.grad_mode import no_grad
 from ..node.node import Node
 from ..tensor import capture
-from ..tensor.capture import CaptureError
 from ..tensor.creation import new_empty, zeros_like
 from ..tensor.engine import assign_all
 from ..tensor.expr import sqrt
@@ -58,10 +57,42 @@ class Optimizer:
 
     def step(self) -> None:
         if capture.is_recording():
-            raise CaptureError(
-                "opt.step() inside a captured function: its scalars (learning rate, step "
-                "count) change from step to step, which a replay would not see; call it "
-                "after the captured function instead")
+            self._recorded_step()
+        else:
+            self._step()
+
+    def _recorded_step(self) -> None:
+        """``step()`` inside a captured function: each replay runs it again, eagerly.
+
+        Its scalars change from call to call (a scheduler's learning rate, Adam's
+        step count), so its kernels are not frozen into the recording; the step
+        runs as a host op, reading the ``.grad`` each parameter has now (a replay
+        does not repeat the Python that sets them) and writing the parameters
+        and the optimizer state.
+        """
+        grads = [(p, p.grad) for _, p in self._params()]
+
+        def run():
+            held = [(p, p.grad) for p, _ in grads]
+            for p, grad in grads:
+                p.grad = grad
+            try:
+                self._step()
+            finally:
+                for p, grad in held:
+                    p.grad = grad
+
+        capture.host_op(run, *self._storages())
+
+    def _storages(self) -> list:
+        """The buffers a step writes: the parameters' and the optimizer state's."""
+        tensors = [p.value for _, p in self._params()]
+        tensors += [v for s in self.state.values() for v in s.values() if hasattr(v, "storage")]
+        tensors += [v for flat in self._flat if flat is not None for v in flat.state.values()
+                    if hasattr(v, "storage")]
+        return list({id(t.storage): t.storage for t in tensors}.values())
+
+    def _step(self) -> None:
         with no_grad():
             index = 0
             for g, (group, flat) in enumerate(zip(self.param_groups, self._flat)):

@@ -7,11 +7,11 @@
         opt.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()
+        opt.step()
         return loss
 
     for x, y in loader:
         loss = train_step(x, y)      # kernels only, from the third call on
-        opt.step()                   # outside: its scalars (lr, step count) change
 
 For each distinct signature (the shapes, dtypes and devices of the tensor
 arguments, the values of the others, grad mode, the CPU evaluator):
@@ -38,7 +38,10 @@ So ``fn``'s Python runs twice per signature. What follows from that:
 * a parameter still holding a gradient that ``fn`` does not clear would make
   an eager call add to it where a replay overwrites it: that call runs eagerly;
 * called while another captured function records, it runs eagerly, so that
-  the outer recording sees its kernels.
+  the outer recording sees its kernels;
+* ``opt.step()`` inside is replayed as itself: each replay runs the
+  optimizer's step eagerly (its Python and its kernels) at that point, so a
+  learning rate changed by a schedule and Adam's step count are seen.
 """
 
 from __future__ import annotations

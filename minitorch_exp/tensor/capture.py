@@ -15,7 +15,8 @@ read back to the host. Two rules keep that honest while recording:
   raises ``CaptureError``, since whatever was decided from those values would
   be frozen into every replay;
 * host-side work that must happen on every run (drawing random numbers, a
-  NumPy scatter-add) goes through ``host_op``, which runs it and records it.
+  NumPy scatter-add, an optimizer step whose learning rate and step count
+  change) goes through ``host_op``, which runs it and records it.
 
 The user-facing wrapper for a whole training step is ``node/capture.py``.
 """
@@ -109,10 +110,24 @@ def is_recording() -> bool:
 
 
 def host_op(fn, *written_storages) -> None:
-    """Run ``fn()`` (host code that writes ``written_storages``); record it when capturing."""
-    fn()
+    """Run ``fn()`` (host code that writes ``written_storages``); record it when capturing.
+
+    Each replay calls ``fn`` again, so kernels it launches are not recorded
+    themselves: recording pauses while it runs. Lazy values still reading what
+    it writes are computed first, while recording, so that replays compute
+    them too.
+    """
+    global ACTIVE
     if ACTIVE is not None:
-        ACTIVE.add(fn, (), *written_storages)
+        for storage in written_storages:
+            storage.before_write()
+    rec, ACTIVE = ACTIVE, None
+    try:
+        fn()
+    finally:
+        ACTIVE = rec
+    if rec is not None:
+        rec.add(fn, (), *written_storages)
 
 
 def host_read_error(what: str) -> CaptureError:

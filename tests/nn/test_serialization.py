@@ -166,7 +166,7 @@ def make_run(example, x, y, optimizer: str, captured: bool):
 def train_epochs(example, run, first, last):
     model, opt, sched, loader, step = run
     for epoch in range(first, last):
-        example.train_epoch(step, loader, opt, epoch, last)
+        example.train_epoch(step, loader, epoch, last)
         sched.step()
 
 

@@ -4,10 +4,11 @@ Each captured run is compared with the same code run eagerly on an identically
 initialised twin (model, optimizer, random generator). On the CPU the same
 kernels run either way, so losses, gradients and parameters must agree bit for
 bit. Also covered: the call sequence per signature (warm-up, recording,
-replays), detached results, host reads and ``opt.step()`` refused while
-recording, host-side work that every replay repeats (random numbers, refilled
-factories, gathers, scatter-adds), ``.grad`` semantics, stale recordings, both
-CPU evaluators, and the Tensor-level ``recording()`` / ``Recording.replay()``.
+replays), detached results, host reads refused while recording, host-side
+work that every replay repeats (random numbers, refilled factories, gathers,
+scatter-adds, an optimizer step with its changing learning rate), ``.grad``
+semantics, stale recordings, both CPU evaluators, and the Tensor-level
+``recording()`` / ``Recording.replay()``.
 """
 
 from __future__ import annotations
@@ -306,7 +307,7 @@ def test_other_results_raise(result):
             step(mt.tensor([1.0]))
 
 
-# ---- host reads and opt.step() refused while recording -------------------------------
+# ---- host reads refused while recording; the optimizer's step inside ----------------
 
 HOST_READS = {
     "item": lambda x: x.sum().item(),
@@ -336,19 +337,104 @@ def test_host_reads_raise_on_the_recording_call(read, capsys):
     np.testing.assert_array_equal((x * 2).numpy(), [2.0, -4.0])  # eager work still fine
 
 
-def test_optimizer_step_inside_raises():
-    (model, opt), _ = twins("adam")
+def whole_step(model, opt, x, y, zero_at_end: bool = False):
+    """A training step with the optimizer's step in it."""
+    if not zero_at_end:
+        opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    if zero_at_end:
+        opt.zero_grad()
+    return loss
+
+
+SCHEDULES = {"none": None, "step": lambda opt: nn.optim.StepLR(opt, 2, gamma=0.5),
+             "cosine": lambda opt: nn.optim.CosineAnnealingLR(opt, 5)}
+
+
+@pytest.mark.parametrize("zero_at_end", [False, True], ids=["zero_first", "zero_at_end"])
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_optimizer_step_inside_equals_eager_twin(optimizer, schedule, zero_at_end):
+    """Each replay runs the optimizer's step again, with the learning rate and step
+    count of that call, on the gradients the replay computed."""
+    (m1, o1), (m2, o2) = twins(optimizer)
+    make = SCHEDULES[schedule]
+    schedulers = [make(o) for o in (o1, o2)] if make else []
+    body_runs = []
 
     @mt.capture
     def step(x, y):
-        loss = train_step(model, opt, x, y)
-        opt.step()
-        return loss
+        body_runs.append(1)
+        return whole_step(m1, o1, x, y, zero_at_end)
 
-    (x, y), = batches([4])
-    step(x, y)
-    with pytest.raises(mt.CaptureError, match=r"opt\.step\(\)"):
-        step(x, y)
+    for x, y in batches([4] * 7):
+        got = step(x, y)
+        want = whole_step(m2, o2, x, y, zero_at_end)
+        for sched in schedulers:
+            sched.step()
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        np.testing.assert_equal(snapshot(m1), snapshot(m2))
+        assert o1.param_groups[0]["lr"] == o2.param_groups[0]["lr"]
+    assert len(body_runs) == 2
+    np.testing.assert_equal(snapshot_state(o1), snapshot_state(o2))
+
+
+def snapshot_state(opt) -> list:
+    return [v.numpy().copy() if isinstance(v, mt.Node) else v
+            for s in opt.state_dict()["state"].values() for _, v in sorted(s.items())]
+
+
+def test_lazy_values_the_optimizer_step_would_change_are_computed_before_it():
+    """Results built from the forward pass and returned after ``opt.step()`` read the
+    weights as they were before the step, in replays as in eager calls."""
+    (m1, o1), (m2, o2) = twins("sgd_momentum")
+
+    def body(model, opt, x, y):
+        opt.zero_grad()
+        logits = model(x)
+        F.cross_entropy(logits, y).backward()
+        opt.step()
+        return (logits.argmax(1) == y).sum(), logits * 2.0
+
+    step = mt.capture(functools.partial(body, m1, o1))
+    for x, y in batches([5] * 5):
+        got, want = step(x, y), body(m2, o2, x, y)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_optimizer_state_loaded_between_calls_is_used_by_replays():
+    (m1, o1), (m2, o2) = twins("adam")
+    step = mt.capture(functools.partial(whole_step, m1, o1))
+    saved = None
+    for i, (x, y) in enumerate(batches([4] * 8)):
+        if i == 3:
+            saved = o2.state_dict()
+        if i == 5:  # back to the state after call 2, in both
+            o1.load_state_dict(saved)
+            o2.load_state_dict(saved)
+        got = step(x, y)
+        want = whole_step(m2, o2, x, y)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        np.testing.assert_equal(snapshot(m1), snapshot(m2))
+
+
+def test_optimizer_step_is_one_host_op_of_the_recording():
+    (model, opt), _ = twins("sgd_momentum")
+    step = mt.capture(functools.partial(whole_step, model, opt))
+    data = batches([6] * 4)
+    counts = []
+    for x, y in data:
+        with mt.count_kernels() as k:
+            step(x, y)
+        counts.append(dict(k.counts))
+    host_ops = [fn for fn, args, tally in step.recordings[0].calls if tally is None and not args]
+    assert len(host_ops) == 1  # the optimizer's step (fills and gathers carry arguments)
+    warm_up, recording, *replays = counts
+    assert all(replay == warm_up for replay in replays)  # the step's kernels ran, once each
+    assert not capture.is_recording()
 
 
 # ---- host-side work repeated by every replay -----------------------------------------
