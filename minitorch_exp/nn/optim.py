@@ -85,11 +85,10 @@ class Optimizer:
         capture.host_op(run, *self._storages())
 
     def _storages(self) -> list:
-        """The buffers a step writes: the parameters' and the optimizer state's."""
+        """The buffers a step writes: the parameters' and the optimizer state's (flat
+        state included: ``share_state`` puts views of it in ``self.state``)."""
         tensors = [p.value for _, p in self._params()]
         tensors += [v for s in self.state.values() for v in s.values() if hasattr(v, "storage")]
-        tensors += [v for flat in self._flat if flat is not None for v in flat.state.values()
-                    if hasattr(v, "storage")]
         return list({id(t.storage): t.storage for t in tensors}.values())
 
     def _step(self) -> None:

@@ -118,16 +118,18 @@ def host_op(fn, *written_storages) -> None:
     them too.
     """
     global ACTIVE
-    if ACTIVE is not None:
-        for storage in written_storages:
-            storage.before_write()
-    rec, ACTIVE = ACTIVE, None
+    rec = ACTIVE
+    if rec is None:
+        fn()
+        return
+    for storage in written_storages:
+        storage.before_write()
+    ACTIVE = None
     try:
         fn()
     finally:
         ACTIVE = rec
-    if rec is not None:
-        rec.add(fn, (), *written_storages)
+    rec.add(fn, (), *written_storages)
 
 
 def host_read_error(what: str) -> CaptureError:

@@ -354,14 +354,8 @@ class _ReduceSpec:
         if self.by_columns:
             return lines + self._by_columns(parallel)
         base = {arr: f"{arr}_o" for arr in ["out", *self.leaves]}
-        depth = 1
-        for d in range(self.n_kept):
-            lines.append(_loop(depth, f"i{d}", f"k{d}", parallel and d == 0))
-            depth += 1
-            for arr in base:
-                stride = f"{arr}_s{d}" if arr == "out" else f"{arr}_k{d}"
-                lines.append(_pad(depth) + f"{arr}_p{d} = {base[arr]} + i{d} * {stride}")
-                base[arr] = f"{arr}_p{d}"
+        lines += self._kept_loops(1, base, self.n_kept, parallel)
+        depth = 1 + self.n_kept
         if self.n_kept:
             lines += self._accumulate(depth, base, chunked=False)
             lines += [_pad(depth) + line for line in self._store(base["out"])]
@@ -410,30 +404,37 @@ class _ReduceSpec:
             step = f"i{inner}" if kind == "1" else f"i{inner} * {arr}_k{inner}"
             body.append(f"x{i} = {arr}[np.uint64({base[arr]} + {step})]")
         rendered, result, _ = C.render_body(self.plan, C.PYTHON)
-        body += rendered + self._combine(result, f"row[np.uint64(a{inner})]")
-        lines += [_pad(depth) + line for line in body]
+        body += rendered + self._combine(result, "row[a]")
+        lines += [_pad(depth) + line for line in [self._flat_index(), *body]]
         out = {"out": "out_o"}
         lines += self._kept_loops(1, out, self.n_kept)
         lines += [_pad(1 + self.n_kept) + line for line in (
-            f"acc = {_identity(self.op, self.acc_dtype)}", "for c in range(chunks):",
-            *["    " + line for line in self._combine(f"partial[c, a{inner}]")],
+            self._flat_index(), f"acc = {_identity(self.op, self.acc_dtype)}",
+            "for c in range(chunks):",
+            *["    " + line for line in self._combine("partial[c, a]")],
             *self._store(out["out"]))]
         return lines
 
-    def _kept_loops(self, depth, base: dict, n_positioned: int) -> list[str]:
-        """The kept loops, each advancing the flat accumulator index ``a<d>`` and, for
-        the first ``n_positioned`` of them, each array's position in ``base``."""
+    def _kept_loops(self, depth, base: dict, n_positioned: int, parallel=False) -> list[str]:
+        """The kept loops (``prange`` over the first when ``parallel``), moving each array
+        of ``base`` to its position in the first ``n_positioned`` of them."""
         lines = []
         for d in range(self.n_kept):
-            lines.append(_loop(depth + d, f"i{d}", f"k{d}", False))
-            pad = _pad(depth + d + 1)
-            lines.append(pad + (f"a{d} = i{d}" if d == 0 else f"a{d} = a{d - 1} * k{d} + i{d}"))
+            lines.append(_loop(depth + d, f"i{d}", f"k{d}", parallel and d == 0))
             if d < n_positioned:
                 for arr in base:
                     stride = f"{arr}_s{d}" if arr == "out" else f"{arr}_k{d}"
-                    lines.append(pad + f"{arr}_p{d} = {base[arr]} + i{d} * {stride}")
+                    lines.append(_pad(depth + d + 1) +
+                                 f"{arr}_p{d} = {base[arr]} + i{d} * {stride}")
                     base[arr] = f"{arr}_p{d}"
         return lines
+
+    def _flat_index(self) -> str:
+        """``a``: the kept loops' position as one index into a row of accumulators."""
+        index = "i0"
+        for d in range(1, self.n_kept):
+            index = f"{index if d == 1 else f'({index})'} * k{d} + i{d}"
+        return f"a = np.uint64({index})"
 
     def _accumulate(self, depth, base, chunked: bool) -> list[str]:
         lines = [_pad(depth) + f"acc = {_identity(self.op, self.acc_dtype)}"]
