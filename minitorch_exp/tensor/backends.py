@@ -71,6 +71,28 @@ def _device_backend(device):
     return cuda_backend()
 
 
+def launch_for(backend, plan, dst, leaves, saver: str):
+    """What runs ``plan`` into ``dst`` for this combination of layouts: an object whose
+    ``run(operands, scalars)`` (operands: dst, then the leaves) runs the kernel and
+    returns ``(function, args)`` that repeat it, or None. Evaluators without such
+    objects of their own are run through their ``elementwise`` each time."""
+    make = getattr(backend, "launch", None)
+    return make(plan, dst, leaves, saver) if make else EvaluatorLaunch(backend, plan, saver)
+
+
+class EvaluatorLaunch:
+    """A launch that calls an evaluator's ``elementwise`` (NumPy blocks, CUDA) each run."""
+
+    __slots__ = ("backend", "plan", "saver")
+
+    def __init__(self, backend, plan, saver: str):
+        self.backend, self.plan, self.saver = backend, plan, saver
+
+    def run(self, operands, scalars):
+        return self.backend.elementwise(self.plan, operands[0], operands[1:], scalars,
+                                        self.saver)
+
+
 def cpu_backend() -> str:
     return _state["cpu"]
 
@@ -79,8 +101,10 @@ def set_cpu_backend(name: str) -> None:
     """Select the CPU evaluator: ``'numba'`` (compiled) or ``'numpy'`` (reference)."""
     _cpu_backend(name)
     _state["cpu"] = name
+    from .engine import forget_launches
     from .expr import new_epoch
     new_epoch()  # prepared assignments (engine.py) hold the old evaluator's kernels
+    forget_launches()  # and so do the launches kept per statement
 
 
 @contextlib.contextmanager

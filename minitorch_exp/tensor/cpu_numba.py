@@ -93,6 +93,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import numba
@@ -101,6 +102,7 @@ import numpy as np
 from . import codegen as C
 from . import dtypes
 from . import layout as L
+from .backends import EvaluatorLaunch
 from .counters import count
 from .cpu_numpy import NumpyBackend, overlaps
 from .ops import OPS
@@ -608,61 +610,21 @@ class NumbaBackend:
     def elementwise(self, plan, dst, leaves, scalars, saver: str):
         """Run the Plan's kernel; return ``(function, args)`` that repeat exactly this call,
         or None when a repeat would differ (a private copy, the NumPy fallback)."""
-        loops = _loop_layout(dst, leaves)
-        n = dst.numel()
-        kernel = None
-        if loops is not None and not (n >= NUMPY_FROM and numpy_is_faster(plan)):
-            key = ("numba", len(loops.shape), saver, loops.kinds, dst.dtype.char)
-            kernel = plan.compiled.get(key)
-            if kernel is None:
-                kernel = _compiled_or_none(plan, lambda: _elementwise_kernel(
-                    plan, key, saver, loops.kinds, dst.dtype))
-        if kernel is None:
-            self.fallback.elementwise(plan, dst, leaves, scalars, saver)
-            return None
-        count("cpu", "fused")
-        if n == 0:
-            return None
-        args = [*loops.shape, dst.storage.data, *loops.tails[0]]
-        for t, copy, tail in zip(leaves, loops.copies, loops.tails[1:]):
-            if tail is not None:
-                args += [_private_copy(t) if copy else t.storage.data, *tail]
-        args += scalars
-        fn = kernel.parallel if _go_parallel(n * (1 + len(leaves) + len(plan.instrs))) \
-            else kernel.serial
-        fn(*args)
-        return None if True in loops.copies else (fn, args)
+        return self.launch(plan, dst, leaves, saver).run([dst, *leaves], scalars)
+
+    def launch(self, plan, dst, leaves, saver: str):
+        """The ``Launch`` of this plan, saver and layouts (``backends.launch_for``)."""
+        return _elementwise_launch(plan, dst, leaves, saver) or \
+            EvaluatorLaunch(self.fallback, plan, saver)
 
     def elementwise_group(self, dsts, planned, savers) -> bool:
         """Run statements ``(plan, leaves, scalars)`` into ``dsts`` as one loop (see
         ``engine.assign_all``); False, having run nothing, when they cannot share one."""
-        plans = [plan for plan, _, _ in planned]
-        n = dsts[0].numel()
-        if n >= NUMPY_FROM and any(numpy_is_faster(plan) for plan in plans):
-            return False
         leaves = [t for _, group, _ in planned for t in group]
-        loops = _group_loops(dsts, leaves)
-        if loops is None:
+        launch = _group_launch(dsts, [plan for plan, _, _ in planned], leaves, savers)
+        if launch is None:
             return False
-        key = (tuple(plans), len(loops.shape), tuple(savers), loops.kinds,
-               tuple(d.dtype.char for d in dsts))
-        kernel = _GROUP_KERNELS.get(key)
-        if kernel is None:
-            try:
-                kernel = _GROUP_KERNELS[key] = _group_kernel(plans, key, savers, dsts)
-            except UserOpCompileError:
-                return False  # each statement alone then says why, once
-        count("cpu", "fused")
-        if n == 0:
-            return True
-        args = list(loops.shape)
-        for t, tail in zip([*dsts, *leaves], loops.tails):
-            if tail is not None:
-                args += [t.storage.data, *tail]
-        for _, _, scalars in planned:
-            args += scalars
-        work = n * (len(dsts) + len(leaves) + sum(len(plan.instrs) for plan in plans))
-        (kernel.parallel if _go_parallel(work) else kernel.serial)(*args)
+        launch.run([*dsts, *leaves], [x for _, _, scalars in planned for x in scalars])
         return True
 
     def dot(self, dst, a, b, saver: str):
@@ -746,16 +708,58 @@ def _go_parallel(work: int) -> bool:
     return work >= PARALLEL_MIN and numba.get_num_threads() > 1
 
 
-class LoopLayout(NamedTuple):
-    """How one elementwise kernel call walks memory (see ``_loop_layout``)."""
+class Launch(NamedTuple):
+    """One kernel call worked out for a combination of plan, saver and layouts.
 
-    shape: L.Shape                      # merged loop sizes, outermost first
-    tails: list                         # per operand: (offset, *strides) or None for "d"
-    kinds: tuple[str, ...]              # innermost stride kind per operand, dst first
-    copies: tuple[bool, ...]            # per leaf: read through a private copy
+    ``template`` is the argument list with None where an operand's array goes;
+    the scalars' values are appended at the call. A training step repeats its
+    statements with new tensors of the same layouts, so each statement finds
+    its launch with one dict lookup and only fills in the arrays.
+    """
+
+    kernel: object                      # the module with ``serial`` and ``parallel``
+    may_parallel: bool                  # enough work for prange (if threads > 1 then)
+    template: list
+    holes: tuple                        # (argument index, operand index, private copy?)
+    copies: bool                        # some operand is copied: repeating args is stale
+
+    def run(self, operands, scalars):
+        """Call the kernel for ``operands`` (dsts first, then leaves); return
+        ``(function, args)`` that repeat the call, or None if a copy was read."""
+        count("cpu", "fused")
+        args = self.template.copy()
+        for at, k, copy in self.holes:
+            t = operands[k]
+            args[at] = _private_copy(t) if copy else t.storage.data
+        args += scalars
+        kernel = self.kernel
+        fn = kernel.parallel if self.may_parallel and numba.get_num_threads() > 1 \
+            else kernel.serial
+        fn(*args)
+        return None if self.copies else (fn, args)
 
 
-_LOOP_LAYOUTS: dict[tuple, LoopLayout | None] = {}
+def _no_elements(*args) -> None:
+    """The kernel of a launch over zero elements."""
+
+
+_NO_ELEMENTS = SimpleNamespace(serial=_no_elements, parallel=_no_elements)
+
+
+def _launch(kernel, shape, tails, copies, work: int) -> Launch:
+    """A Launch over loops ``shape`` of operands with kernel arguments ``tails`` (None:
+    no array, see ``_tails``), reading the ``copies`` ones through private copies."""
+    template, holes = list(shape), []
+    for k, (tail, copy) in enumerate(zip(tails, copies)):
+        if tail is not None:
+            holes.append((len(template), k, copy))
+            template += [None, *tail]
+    if 0 in shape:
+        kernel = _NO_ELEMENTS
+    return Launch(kernel, work >= PARALLEL_MIN, template, tuple(holes), True in copies)
+
+
+_LAUNCHES: dict[tuple, Launch | None] = {}
 
 
 def _memo(table: dict, key, make):
@@ -768,15 +772,42 @@ def _memo(table: dict, key, make):
     return found
 
 
-def _loop_layout(dst, leaves) -> LoopLayout | None:
-    """The loop nest for writing ``dst`` from ``leaves``; None beyond MAX_DIMS.
+def _elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
+    """The launch writing ``plan`` over ``leaves`` into ``dst``; None: the NumPy evaluator.
 
-    It depends only on the layouts and on which leaves share dst's storage,
-    so it is computed once per such combination (a training step repeats them).
+    It depends only on the plan, saver, dst dtype, the layouts and which leaves
+    share dst's storage, so it is worked out once per such combination.
     """
     storage = dst.storage
-    key = (dst.layout, *[(t.layout, t.storage is storage) for t in leaves])
-    return _memo(_LOOP_LAYOUTS, key, lambda: _plan_loops(dst, leaves))
+    key = (plan, saver, dst.dtype.char, dst.layout,
+           *[(t.layout, t.storage is storage) for t in leaves])
+    launch = _LAUNCHES.get(key, False)  # ``_memo`` spelled out: this runs per statement
+    if launch is False:
+        launch = _memo(_LAUNCHES, key, lambda: _make_elementwise_launch(plan, dst, leaves, saver))
+    return launch
+
+
+def _make_elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
+    loops = _plan_loops(dst, leaves)
+    n = dst.numel()
+    if loops is None or (n >= NUMPY_FROM and numpy_is_faster(plan)):
+        return None
+    key = ("numba", len(loops.shape), saver, loops.kinds, dst.dtype.char)
+    kernel = _compiled_or_none(plan, lambda: _elementwise_kernel(
+        plan, key, saver, loops.kinds, dst.dtype))
+    if kernel is None:
+        return None
+    return _launch(kernel, loops.shape, loops.tails, (False, *loops.copies),
+                   n * (1 + len(leaves) + len(plan.instrs)))
+
+
+class LoopLayout(NamedTuple):
+    """How one elementwise kernel call walks memory (see ``_plan_loops``)."""
+
+    shape: L.Shape                      # merged loop sizes, outermost first
+    tails: list                         # per operand: (offset, *strides) or None for "d"
+    kinds: tuple[str, ...]              # innermost stride kind per operand, dst first
+    copies: tuple[bool, ...]            # per leaf: read through a private copy
 
 
 def _plan_loops(dst, leaves) -> LoopLayout | None:
@@ -804,26 +835,42 @@ def _tails(shape, strides, offsets, kinds) -> list:
 
 
 class GroupLoops(NamedTuple):
-    """How one kernel of several statements walks memory (see ``_group_loops``)."""
+    """How one kernel of several statements walks memory (see ``_plan_group_loops``)."""
 
     shape: L.Shape                      # merged loop sizes, outermost first
     tails: list                         # per dst, then per leaf: (offset, *strides) or None
     kinds: tuple[str, ...]              # the same order; ``d<j>``: the element dst j is at
 
 
-_GROUP_LOOPS: dict[tuple, GroupLoops | None] = {}
-
-
-def _group_loops(dsts, leaves) -> GroupLoops | None:
-    """The loop nest for statements writing ``dsts`` from ``leaves`` (all statements').
-
-    Like ``_loop_layout`` it depends only on the layouts and on which operands
-    share a storage, so it is worked out once per such combination.
-    """
+def _group_launch(dsts, plans, leaves, savers) -> Launch | None:
+    """The launch of statements writing ``dsts`` (all statements' ``leaves``); None
+    when they cannot share one loop. Like ``_elementwise_launch`` it is worked out
+    once per combination of plans, savers, dtypes, layouts and shared storages."""
     first: dict[int, int] = {}
-    key = (len(dsts), *[(t.layout, first.setdefault(id(t.storage), k))
-                        for k, t in enumerate([*dsts, *leaves])])
-    return _memo(_GROUP_LOOPS, key, lambda: _plan_group_loops(dsts, leaves))
+    key = (tuple(plans), tuple(savers), len(dsts), *[d.dtype.char for d in dsts],
+           *[(t.layout, first.setdefault(id(t.storage), k))
+             for k, t in enumerate([*dsts, *leaves])])
+    return _memo(_LAUNCHES, key, lambda: _make_group_launch(dsts, plans, leaves, savers))
+
+
+def _make_group_launch(dsts, plans, leaves, savers) -> Launch | None:
+    n = dsts[0].numel()
+    if n >= NUMPY_FROM and any(numpy_is_faster(plan) for plan in plans):
+        return None
+    loops = _plan_group_loops(dsts, leaves)
+    if loops is None:
+        return None
+    key = (tuple(plans), len(loops.shape), tuple(savers), loops.kinds,
+           tuple(d.dtype.char for d in dsts))
+    kernel = _GROUP_KERNELS.get(key)
+    if kernel is None:
+        try:
+            kernel = _GROUP_KERNELS[key] = _group_kernel(plans, key, savers, dsts)
+        except UserOpCompileError:
+            return None  # each statement alone then says why, once
+    operands = len(dsts) + len(leaves)
+    work = n * (operands + sum(len(plan.instrs) for plan in plans))
+    return _launch(kernel, loops.shape, loops.tails, (False,) * operands, work)
 
 
 def _plan_group_loops(dsts, leaves) -> GroupLoops | None:
@@ -905,7 +952,7 @@ _REDUCE_LOOPS: dict[tuple, ReduceLoops | None] = {}
 def _reduce_loops(dst, e, leaves) -> ReduceLoops | None:
     """The loops for ``dst (saver)= e``; None beyond MAX_DIMS.
 
-    Like ``_loop_layout`` it depends only on layouts, so it is memoized on them.
+    Like a Launch it depends only on layouts, so it is memoized on them.
     """
     key = (dst.layout, e.x.shape, e.axes, e.kept_shape,
            tuple((t.layout, t.storage is dst.storage) for t in leaves))

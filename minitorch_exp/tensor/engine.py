@@ -20,7 +20,7 @@ import numpy as np
 from . import capture, counters, creation
 from . import expr as _expr
 from . import layout as L
-from .backends import backend_for
+from .backends import backend_for, launch_for
 from .expr import (
     COMPLEX,
     MAPPER,
@@ -35,7 +35,7 @@ from .expr import (
     as_exp,
     operand_str,
 )
-from .plan import NotElementwise, make_plan
+from .plan import NotElementwise, make_plan, statement_key, statement_plan
 from .tensor import Tensor
 
 SAVERS = ("=", "+=", "-=", "*=", "/=")
@@ -76,6 +76,18 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         return
     if not _fast_checks_pass(dst, e, saver):
         _check_assign(dst, e, saver)
+    if e.kind != COMPLEX and capture.ACTIVE is None and not counters.DEBUG:
+        try:
+            key, leaves, scalars = statement_key(dst, e, saver)
+        except NotElementwise:
+            pass
+        else:
+            launch = _LAUNCHES.get(key) or _new_launch(key, dst, leaves, saver)
+            dst.storage.before_write()
+            call = launch.run([dst, *leaves], scalars)
+            if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
+                e.prepared = Prepared(dst, saver, *call)
+            return
     planned = None
     if e.kind != COMPLEX:
         try:
@@ -92,6 +104,23 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         debug_run(_dispatch, dst, e, saver)
     else:
         _dispatch(dst, e, saver, planned, prepare)
+
+
+#: statement key (``plan.statement_key``) -> the backend's launch for it (see ``assign``).
+_LAUNCHES: dict[tuple, object] = {}
+
+
+def _new_launch(key: tuple, dst, leaves, saver: str):
+    if len(_LAUNCHES) > 4096:
+        _LAUNCHES.clear()  # bounded, whatever the program does
+    backend = backend_for(dst.device)
+    launch = _LAUNCHES[key] = launch_for(backend, statement_plan(key), dst, leaves, saver)
+    return launch
+
+
+def forget_launches() -> None:
+    """Drop every kept launch (the CPU evaluator changed, or a user op was unregistered)."""
+    _LAUNCHES.clear()
 
 
 def assign_all(statements) -> None:

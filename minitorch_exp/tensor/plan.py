@@ -75,39 +75,47 @@ class NotElementwise(TypeError):
 _WEAK = {float: 1.0, int: 1, bool: True}
 
 
-def _walk(e: Exp, leaves: list, scalars: list, key: list, memo: dict) -> None:
-    """Append ``e``'s structure to ``key`` in post-order, collecting leaves and scalars.
+def _walk(operands, leaves: list, scalars: list, key: list, memo: dict, dst=None) -> None:
+    """Append the structure of ``operands`` to ``key`` in post-order, collecting
+    their leaves and scalars.
 
-    Each node appends one token: ``("t", leaf, dtype, ndim)`` for a tensor,
-    ``("s", type)`` for a scalar, ``(op, n_args)`` for a map, ``("cast", dtype)``
-    for a cast, or an int -- the index of an earlier token -- when a tensor or
-    subtree is used twice. The key is all a Plan needs: ``_build`` reads it back.
+    One token per node, each kind of token a different Python type: a tensor
+    first seen is ``(dtype char, ndim)`` (its slot is its order among the
+    leaves), a weak scalar its ``type``, a map its op name (a ``str``), a cast
+    its target ``np.dtype``, and a tensor or subtree seen before the ``int``
+    index of its first token. The key is all a Plan needs: ``_build`` reads it
+    back. A fresh statement pays this walk on every assignment, so leaves and
+    scalars are handled in the loop, without a call each.
+
+    With ``dst`` (the statement key, see ``statement_key``) a tensor's token is
+    ``(dtype char, layout, whether it is dst's storage)`` instead.
     """
-    t = type(e)
-    if t is Scalar:
-        scalars.append(e.value)
-        key.append(("s", type(e.value)))
-        return
-    if e.kind != RVALUE and e.realized is not None:
-        e = e.realized  # computed before: read the remembered tensor
-    seen = memo.get(id(e))
-    if seen is not None:
-        key.append(seen)
-        return
-    if e.kind == RVALUE:
-        key.append(("t", len(leaves), e.dtype.char, len(e.shape)))
-        leaves.append(e)
-    elif t is Map:
-        for arg in e.args:
-            _walk(arg, leaves, scalars, key, memo)
-        key.append((e.op.name, len(e.args)))
-    elif t is Cast:
-        _walk(e.x, leaves, scalars, key, memo)
-        key.append(("cast", e.dtype.char))
-    else:
-        raise NotElementwise(f"MakePlan: {t.__name__} is not elementwise; "
-                             "the engine evaluates it before planning")
-    memo[id(e)] = len(key) - 1
+    for e in operands:
+        t = type(e)
+        if t is Scalar:
+            scalars.append(e.value)
+            key.append(type(e.value))
+            continue
+        if e.kind != RVALUE and e.realized is not None:
+            e = e.realized  # computed before: read the remembered tensor
+        seen = memo.get(id(e))
+        if seen is not None:
+            key.append(seen)
+            continue
+        if e.kind == RVALUE:
+            key.append((e.dtype.char, len(e.shape)) if dst is None else
+                       (e.dtype.char, e.layout, e.storage is dst.storage))
+            leaves.append(e)
+        elif t is Map:
+            _walk(e.args, leaves, scalars, key, memo, dst)
+            key.append(e.op.name)
+        elif t is Cast:
+            _walk((e.x,), leaves, scalars, key, memo, dst)
+            key.append(e.dtype)
+        else:
+            raise NotElementwise(f"MakePlan: {t.__name__} is not elementwise; "
+                                 "the engine evaluates it before planning")
+        memo[id(e)] = len(key) - 1
 
 
 def make_plan(e: Exp, ndim: int) -> tuple[Plan, list, list]:
@@ -118,26 +126,56 @@ def make_plan(e: Exp, ndim: int) -> tuple[Plan, list, list]:
     """
     leaves: list = []
     scalars: list = []
-    key: list = []
-    _walk(e, leaves, scalars, key, {})
-    key_t = (ndim, *key)
-    plan = _PLANS.get(key_t)
+    key: list = [ndim]
+    _walk((e,), leaves, scalars, key, {})
+    return _plan(tuple(key)), leaves, scalars
+
+
+def _plan(key: tuple) -> Plan:
+    plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key_t] = _build(key_t)
-    return plan, leaves, scalars
+        plan = _PLANS[key] = _build(key)
+    return plan
+
+
+def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, list, list]:
+    """``(key, leaves, scalar_values)`` of the assignment ``dst (saver)= e``.
+
+    The key holds the plan key's tokens, each leaf's layout and whether it
+    shares dst's storage, and dst's own facts: everything that decides the
+    kernel call, short of the arrays and the scalars' values. A training loop
+    builds each statement afresh but with the same key, so the engine keeps
+    the call it worked out per key and reaches it from this walk alone.
+    """
+    leaves: list = []
+    scalars: list = []
+    key: list = [dst.ndim, saver, dst.layout, dst.dtype.char, dst.device]
+    _walk((e,), leaves, scalars, key, {}, dst)
+    return tuple(key), leaves, scalars
+
+
+_STATEMENT_HEAD = 5  # how many of a statement key's items come before its tokens
+
+
+def statement_plan(key: tuple) -> Plan:
+    """The Plan of a ``statement_key``: its tokens without layouts."""
+    tokens = key[_STATEMENT_HEAD:]
+    back = _STATEMENT_HEAD - 1  # a repeat token indexes the key; the plan key has one head item
+    return _plan((key[0], *[
+        (tok[0], len(tok[1].shape)) if type(tok) is tuple else
+        tok - back if type(tok) is int else tok for tok in tokens]))
 
 
 def _build(key: tuple) -> Plan:
     """Read a key back into a Plan (see ``_walk`` for the token format)."""
-    tokens = key[1:]
-    leaf_dtypes = {tok[1]: np.dtype(tok[2]) for tok in tokens
-                   if type(tok) is tuple and tok[0] == "t"}
-    scalar_types = tuple(tok[1] for tok in tokens if type(tok) is tuple and tok[0] == "s")
+    tokens = key[1:]  # key[0] is the output's ndim
+    leaf_dtypes = [np.dtype(tok[0]) for tok in tokens if type(tok) is tuple]
+    scalar_types = tuple(tok for tok in tokens if type(tok) is type)
     n_leaves, n_inputs = len(leaf_dtypes), len(leaf_dtypes) + len(scalar_types)
     instrs: list[Instr] = []
-    slots: list[int] = []          # token index -> slot
+    slots: list[int] = [-1]        # key index -> slot (key[0] is no node)
     stack: list[int] = []
-    n_scalars = 0
+    leaves_seen = scalars_seen = 0
 
     def kind(slot):  # what the promotion rules see: a dtype, or a weak scalar
         if slot < n_leaves:
@@ -149,29 +187,33 @@ def _build(key: tuple) -> Plan:
     for tok in tokens:
         if type(tok) is int:
             slot = slots[tok]
-        elif tok[0] == "t":
-            slot = tok[1]
-        elif tok[0] == "s":
-            slot = n_leaves + n_scalars
-            n_scalars += 1
+        elif type(tok) is tuple:
+            slot, leaves_seen = leaves_seen, leaves_seen + 1
+        elif type(tok) is type:
+            slot, scalars_seen = n_leaves + scalars_seen, scalars_seen + 1
         else:
-            n_args = 1 if tok[0] == "cast" else tok[1]
-            args = tuple(stack[-n_args:])
-            del stack[-n_args:]
-            if tok[0] == "cast":
-                instrs.append(Instr("cast", args, np.dtype(tok[1]), np.dtype(kind(args[0]))))
-            else:
-                op = OPS[tok[0]]
-                kinds = [kind(a) for a in args]
-                instrs.append(Instr(op.name, args, op.result_dtype(kinds), op.compute_dtype(kinds)))
+            instrs.append(_instr(tok, stack, kind))
             slot = n_inputs + len(instrs) - 1
         slots.append(slot)
         stack.append(slot)
     out = stack[-1]
     out_kind = kind(out)
     dtype = out_kind if isinstance(out_kind, np.dtype) else np.result_type(out_kind)
-    return Plan(key, n_leaves, scalar_types, tuple(leaf_dtypes[i] for i in range(n_leaves)),
-                tuple(instrs), out, np.dtype(dtype))
+    return Plan(key, n_leaves, scalar_types, tuple(leaf_dtypes), tuple(instrs), out,
+                np.dtype(dtype))
+
+
+def _instr(tok, stack: list, kind) -> Instr:
+    """The instruction of a map token (an op name) or a cast token (a dtype), its
+    operands popped from ``stack``."""
+    if type(tok) is str:
+        op = OPS[tok]
+        args = tuple(stack[-op.arity:])
+        del stack[-op.arity:]
+        kinds = [kind(a) for a in args]
+        return Instr(op.name, args, op.result_dtype(kinds), op.compute_dtype(kinds))
+    x = stack.pop()
+    return Instr("cast", (x,), tok, np.dtype(kind(x)))
 
 
 def plan_cache_size() -> int:
@@ -181,6 +223,8 @@ def plan_cache_size() -> int:
 def forget_op(name: str) -> None:
     """Drop the cached plans that use op ``name`` (called when a user op is unregistered)."""
     new_epoch()  # prepared assignments hold kernels that call the old function
+    from .engine import forget_launches
+    forget_launches()  # and so do the launches kept per statement
     for key, plan in list(_PLANS.items()):
         if any(ins.op == name for ins in plan.instrs):
             del _PLANS[key]
