@@ -279,6 +279,9 @@ def overhead_table(min_time, n: int = 1000) -> Table:
                       timeit(OURS_BUILT_ONCE[update](n), min_time=min_time))
             table.add(f"{update}: ours, whole statement", n,
                       timeit(OURS[update](n), min_time=min_time))
+            if update == "adam":
+                table.add("adam: ours, whole statements, one assign_all", n,
+                          timeit(adam_ours_one_kernel(n), min_time=min_time))
             for name in ("numpy naive", "torch eager"):
                 try:
                     table.add(f"{update}: {name}", n,

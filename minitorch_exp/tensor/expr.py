@@ -101,13 +101,13 @@ class Exp:
         return binary("pow", other, self)
 
     def __neg__(self):
-        return apply_op("neg", self)
+        return Map(OPS["neg"], (self,))
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return apply_op("abs", self)
+        return Map(OPS["abs"], (self,))
 
     def __matmul__(self, other):
         return matmul(self, other)
@@ -148,30 +148,30 @@ class Exp:
                              "ambiguous; use .any() or .all() after .numpy()")
         return bool(self.item())
 
-    # ---- elementwise functions as methods -----------------------------------
+    # ---- elementwise functions as methods (built-in ops: no lookup by name) ---
     def exp(self):
-        return apply_op("exp", self)
+        return Map(OPS["exp"], (self,))
 
     def log(self):
-        return apply_op("log", self)
+        return Map(OPS["log"], (self,))
 
     def sqrt(self):
-        return apply_op("sqrt", self)
+        return Map(OPS["sqrt"], (self,))
 
     def tanh(self):
-        return apply_op("tanh", self)
+        return Map(OPS["tanh"], (self,))
 
     def sigmoid(self):
-        return apply_op("sigmoid", self)
+        return Map(OPS["sigmoid"], (self,))
 
     def relu(self):
-        return apply_op("relu", self)
+        return Map(OPS["relu"], (self,))
 
     def abs(self):
-        return apply_op("abs", self)
+        return Map(OPS["abs"], (self,))
 
     def sign(self):
-        return apply_op("sign", self)
+        return Map(OPS["sign"], (self,))
 
     def clip(self, lo, hi):
         return clip(self, lo, hi)
@@ -617,18 +617,23 @@ def apply_op(name: str, *operands) -> Exp:
         raise KeyError(f"no op named {name!r}; registered: {sorted(OPS)}")
     if len(operands) != op.arity:
         raise TypeError(f"{name} takes {op.arity} operands, got {len(operands)}")
-    args = tuple(as_exp(x) for x in operands)
-    if all(type(a) is Scalar for a in args):
-        from .tensor import tensor
-        args = (tensor(args[0].value),) + args[1:]
-    return Map(op, args)
+    args = tuple([x if isinstance(x, Exp) else as_exp(x) for x in operands])
+    for a in args:
+        if type(a) is not Scalar:
+            return Map(op, args)
+    from .tensor import tensor  # only scalars: the first becomes a 0-d tensor
+    return Map(op, (tensor(args[0].value),) + args[1:])
 
 
 def binary(name: str, a, b):
     """The operators' path: ``a op b`` with one side an Exp (NotImplemented for others)."""
-    if not isinstance(a, Exp):
+    if type(a) in _WEAK_STANDIN:  # the common non-Exp operand first: ``0.1 * w``
+        a = Scalar(a)
+    elif not isinstance(a, Exp):
         a = _operand(a)
-    if not isinstance(b, Exp):
+    if type(b) in _WEAK_STANDIN:
+        b = Scalar(b)
+    elif not isinstance(b, Exp):
         b = _operand(b)
     if a is None or b is None:
         return NotImplemented

@@ -75,20 +75,24 @@ class NotElementwise(TypeError):
 _WEAK = {float: 1.0, int: 1, bool: True}
 
 
-def _walk(operands, leaves: list, scalars: list, key: list, memo: dict, dst=None) -> None:
+def _walk(operands, leaves: list, scalars: list, key: list, memo: dict,
+          storage=None) -> None:
     """Append the structure of ``operands`` to ``key`` in post-order, collecting
     their leaves and scalars.
 
     One token per node, each kind of token a different Python type: a tensor
-    first seen is ``(dtype char, ndim)`` (its slot is its order among the
-    leaves), a weak scalar its ``type``, a map its op name (a ``str``), a cast
-    its target ``np.dtype``, and a tensor or subtree seen before the ``int``
-    index of its first token. The key is all a Plan needs: ``_build`` reads it
-    back. A fresh statement pays this walk on every assignment, so leaves and
-    scalars are handled in the loop, without a call each.
+    is ``(dtype char, ndim)`` (its slot is its order among the leaves), a weak
+    scalar its ``type``, a map its op name (a ``str``), a cast its target
+    ``np.dtype``, and a subtree seen before the ``int`` index of its first
+    token. The key is all a Plan needs: ``_build`` reads it back.
 
-    With ``dst`` (the statement key, see ``statement_key``) a tensor's token is
-    ``(dtype char, layout, whether it is dst's storage)`` instead.
+    A fresh statement pays this walk on every assignment, so it is lean:
+    leaves and scalars are handled in the loop, without a call each, and a
+    tensor used twice is two leaves (the kernel loads it twice, which costs
+    less than a memo lookup per leaf on every statement).
+
+    Given dst's ``storage`` (a statement key, see ``statement_key``) a tensor's
+    token is ``(dtype char, layout, whether it is that storage)`` instead.
     """
     for e in operands:
         t = type(e)
@@ -98,19 +102,20 @@ def _walk(operands, leaves: list, scalars: list, key: list, memo: dict, dst=None
             continue
         if e.kind != RVALUE and e.realized is not None:
             e = e.realized  # computed before: read the remembered tensor
+        if e.kind == RVALUE:
+            key.append((e.dtype.char, len(e.shape)) if storage is None else
+                       (e.dtype.char, e.layout, e.storage is storage))
+            leaves.append(e)
+            continue
         seen = memo.get(id(e))
         if seen is not None:
             key.append(seen)
             continue
-        if e.kind == RVALUE:
-            key.append((e.dtype.char, len(e.shape)) if dst is None else
-                       (e.dtype.char, e.layout, e.storage is dst.storage))
-            leaves.append(e)
-        elif t is Map:
-            _walk(e.args, leaves, scalars, key, memo, dst)
+        if t is Map:
+            _walk(e.args, leaves, scalars, key, memo, storage)
             key.append(e.op.name)
         elif t is Cast:
-            _walk((e.x,), leaves, scalars, key, memo, dst)
+            _walk((e.x,), leaves, scalars, key, memo, storage)
             key.append(e.dtype)
         else:
             raise NotElementwise(f"MakePlan: {t.__name__} is not elementwise; "
@@ -127,8 +132,17 @@ def make_plan(e: Exp, ndim: int) -> tuple[Plan, list, list]:
     leaves: list = []
     scalars: list = []
     key: list = [ndim]
-    _walk((e,), leaves, scalars, key, {})
+    _walk_root(e, leaves, scalars, key, None)
     return _plan(tuple(key)), leaves, scalars
+
+
+def _walk_root(e: Exp, leaves: list, scalars: list, key: list, storage) -> None:
+    """``_walk`` from the root, which no other node can share: no memo entry for it."""
+    if type(e) is Map and e.realized is None:
+        _walk(e.args, leaves, scalars, key, {}, storage)
+        key.append(e.op.name)
+    else:
+        _walk((e,), leaves, scalars, key, {}, storage)
 
 
 def _plan(key: tuple) -> Plan:
@@ -149,19 +163,19 @@ def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, list, list]:
     """
     leaves: list = []
     scalars: list = []
-    key: list = [dst.ndim, saver, dst.layout, dst.dtype.char, dst.device]
-    _walk((e,), leaves, scalars, key, {}, dst)
+    key: list = [saver, dst.layout, dst.dtype.char, dst.device]
+    _walk_root(e, leaves, scalars, key, dst.storage)
     return tuple(key), leaves, scalars
 
 
-_STATEMENT_HEAD = 5  # how many of a statement key's items come before its tokens
+_STATEMENT_HEAD = 4  # how many of a statement key's items come before its tokens
 
 
 def statement_plan(key: tuple) -> Plan:
     """The Plan of a ``statement_key``: its tokens without layouts."""
     tokens = key[_STATEMENT_HEAD:]
     back = _STATEMENT_HEAD - 1  # a repeat token indexes the key; the plan key has one head item
-    return _plan((key[0], *[
+    return _plan((len(key[1].shape), *[
         (tok[0], len(tok[1].shape)) if type(tok) is tuple else
         tok - back if type(tok) is int else tok for tok in tokens]))
 

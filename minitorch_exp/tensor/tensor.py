@@ -9,7 +9,7 @@ import numpy as np
 from . import capture, dtypes
 from . import layout as L
 from .device import CPU, Device, as_device
-from .expr import RVALUE, Exp, as_exp
+from .expr import RVALUE, Exp, Map, as_exp
 from .storage import Storage
 
 
@@ -182,6 +182,8 @@ class Tensor(Exp):
         return _advanced_index(self, key)
 
     def __setitem__(self, key, value):
+        if key is Ellipsis and type(value) is Map:
+            return engine.assign(self, value)  # ``w[...] = expression``: nothing to convert
         dst = self if key is Ellipsis else self[key]
         if not isinstance(dst, Tensor) or dst.storage is not self.storage:
             raise IndexError("cannot assign through integer-array or boolean-mask indexing "
