@@ -1,0 +1,153 @@
+"""Kept launches: a statement built afresh reaches its kernel call through one walk.
+
+The engine keeps each statement's launch (kernel and argument template) under
+a key of its structure, its leaves' layouts and which leaves share dst's
+storage (``plan.statement_key``). A hit skips planning and loop layout, so
+every test here asks whether a hit is still *right*: the arrays and scalar
+values of this statement are read, not the first one's; a statement that
+differs in anything the call depends on (layout, aliasing, saver, dtype) gets
+its own launch; and switching the evaluator or dropping a user op forgets them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minitorch_exp.tensor import (
+    apply_op,
+    count_kernels,
+    engine,
+    from_numpy,
+    plan,
+    register_op,
+    unregister_op,
+    using_cpu_backend,
+)
+
+from .strategies import arrays, broadcastable_to, shapes
+
+
+@pytest.fixture(autouse=True)
+def numba_evaluator():
+    with using_cpu_backend("numba"):
+        yield
+
+
+def kept() -> int:
+    return len(engine._LAUNCHES)
+
+
+def test_a_rebuilt_statement_reuses_the_launch_with_this_calls_arrays_and_scalars():
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal(9)
+    w, g = from_numpy(w0.copy()), from_numpy(rng.standard_normal(9))
+    ref = w0.copy()
+    w[...] = -0.5 * (g + 0.25 * w)  # first time: the launch is made
+    ref = -0.5 * (g.numpy() + 0.25 * ref)
+    before = kept()
+    for step in range(1, 4):
+        g2 = from_numpy(rng.standard_normal(9))  # a new leaf of the same layout
+        eta = 0.1 * step  # and a new scalar value
+        with count_kernels() as k:
+            w[...] = -eta * (g2 + 0.25 * w)
+        ref = -eta * (g2.numpy() + 0.25 * ref)
+        np.testing.assert_allclose(w.numpy(), ref, rtol=1e-12)
+        assert k.total == 1
+    assert kept() == before  # every rebuilt statement found the one launch
+
+
+def test_the_key_holds_layouts_and_aliasing_but_no_values():
+    a, b = from_numpy(np.arange(6.0)), from_numpy(np.ones(6))
+    key, leaves, scalars = plan.statement_key(a, 2.0 * b + a, "=")
+    key2, _, scalars2 = plan.statement_key(a, 3.0 * b + a, "=")
+    assert key == key2 and scalars == [2.0] and scalars2 == [3.0]
+    assert [t is s for t, s in zip(leaves, [b, a])] == [True, True]
+    assert plan.statement_key(a, 2.0 * b[::-1] + a, "=")[0] != key  # another layout
+    assert plan.statement_key(b, 2.0 * b + a, "=")[0] != key  # another leaf is dst
+    assert plan.statement_key(a, 2.0 * b + a, "+=")[0] != key  # another saver
+
+
+def test_a_leaf_that_stops_aliasing_dst_gets_its_own_launch():
+    """``w[...] = g * 2 + w`` reads w where it writes; the same statement into another
+    tensor of that layout must read ``w`` as an input, not as dst."""
+    wa, ga = np.arange(5.0), np.full(5, 3.0)
+    w, g, out = from_numpy(wa.copy()), from_numpy(ga.copy()), from_numpy(np.zeros(5))
+    w[...] = g * 2 + w
+    out[...] = g * 2 + w
+    np.testing.assert_allclose(w.numpy(), ga * 2 + wa)
+    np.testing.assert_allclose(out.numpy(), ga * 2 + (ga * 2 + wa))
+
+
+def test_views_that_differ_only_in_offset_read_their_own_elements():
+    base = np.arange(10.0)
+    x, out = from_numpy(base.copy()), from_numpy(np.zeros(5))
+    for start in (2, 0, 5, 2):
+        out[...] = x[start:start + 5] * 2
+        np.testing.assert_array_equal(out.numpy(), base[start:start + 5] * 2)
+    for start in (1, 3):  # and dst's offset too
+        y = from_numpy(np.zeros(8))
+        y[start:start + 5] = x[:5] + 1
+        expected = np.zeros(8)
+        expected[start:start + 5] = base[:5] + 1
+        np.testing.assert_array_equal(y.numpy(), expected)
+
+
+def test_an_overlapping_read_is_copied_on_every_hit():
+    """``a[1:] = a[:-1] * 2`` reads what it writes, shifted: each run reads a private
+    copy (NumPy's answer), the kept launch included."""
+    for _ in range(3):
+        data = np.arange(8.0)
+        a = from_numpy(data.copy())
+        a[1:] = a[:-1] * 2
+        expected = data.copy()
+        expected[1:] = data[:-1] * 2
+        np.testing.assert_array_equal(a.numpy(), expected)
+
+
+def test_two_leaves_that_share_a_storage_only_the_first_time():
+    base = np.arange(10.0)
+    x = from_numpy(base.copy())
+    out = from_numpy(np.zeros(5))
+    out[...] = x[:5] + x[5:] * 10  # both leaves view one storage
+    np.testing.assert_array_equal(out.numpy(), base[:5] + base[5:] * 10)
+    y, z = from_numpy(np.full(10, 2.0)), from_numpy(np.full(10, 7.0))
+    out[...] = y[:5] + z[5:] * 10  # the same key, each leaf its own storage now
+    np.testing.assert_array_equal(out.numpy(), np.full(5, 72.0))
+
+
+def test_switching_the_evaluator_or_unregistering_an_op_forgets_the_launches():
+    a = from_numpy(np.ones(4))
+    a[...] = a * 2
+    assert kept() > 0
+    with using_cpu_backend("numpy"):
+        assert kept() == 0
+        a[...] = a * 2
+    assert kept() == 0
+    register_op("triple_k", lambda x: x * 3, "{0} * 3")
+    try:
+        a[...] = apply_op("triple_k", a)
+        assert kept() > 0
+    finally:
+        unregister_op("triple_k")
+    assert kept() == 0
+    np.testing.assert_array_equal(a.numpy(), np.full(4, 12.0))  # 1 * 2 * 2 * 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_statements_of_one_structure_over_any_layouts_match_numpy(data):
+    """The same statement over tensors of drawn shapes, strides and broadcasts, run
+    twice with new values: the second run, a kept launch when the layouts repeat,
+    matches NumPy as the first does."""
+    shape = data.draw(shapes(1, 3, 1, 4))
+    for _ in range(2):
+        dst_arr = data.draw(arrays(shape, np.float64))
+        g_arr = data.draw(arrays(data.draw(broadcastable_to(shape)), np.float64))
+        eta = data.draw(st.floats(-2, 2))
+        expected = -eta * (g_arr + 0.5 * dst_arr)
+        dst, g = from_numpy(dst_arr), from_numpy(g_arr)
+        dst[...] = -eta * (g + 0.5 * dst)
+        np.testing.assert_allclose(dst.numpy(), expected, rtol=1e-12, atol=1e-12)
