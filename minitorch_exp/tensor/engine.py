@@ -11,6 +11,12 @@ This is where laziness ends. The engine
    pass; ``Dot`` -> BLAS; ``Reduce`` -> one pass over its fused input.
 
 Which code runs that pass depends on the device's backend (``backends.py``).
+
+Two memos make repeated statements cheap. An expression assigned again into
+the same place replays its bound call (``Prepared``). A statement built
+afresh with the same structure, layouts and aliasing as an earlier one -- a
+training loop's every step -- finds that one's launch under its statement key
+(``plan.statement_key``) and only fills in its arrays and scalars.
 """
 
 from __future__ import annotations
@@ -82,7 +88,7 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         except NotElementwise:
             pass
         else:
-            launch = _LAUNCHES.get(key) or _new_launch(key, dst, leaves, saver)
+            launch = _STATEMENT_LAUNCHES.get(key) or _new_launch(key, dst, leaves, saver)
             dst.storage.before_write()
             call = launch.run([dst, *leaves], scalars)
             if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
@@ -107,20 +113,20 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
 
 
 #: statement key (``plan.statement_key``) -> the backend's launch for it (see ``assign``).
-_LAUNCHES: dict[tuple, object] = {}
+_STATEMENT_LAUNCHES: dict[tuple, object] = {}
 
 
 def _new_launch(key: tuple, dst, leaves, saver: str):
-    if len(_LAUNCHES) > 4096:
-        _LAUNCHES.clear()  # bounded, whatever the program does
-    backend = backend_for(dst.device)
-    launch = _LAUNCHES[key] = launch_for(backend, statement_plan(key), dst, leaves, saver)
+    if len(_STATEMENT_LAUNCHES) > 4096:
+        _STATEMENT_LAUNCHES.clear()  # bounded, whatever the program does
+    launch = launch_for(backend_for(dst.device), statement_plan(key), dst, leaves, saver)
+    _STATEMENT_LAUNCHES[key] = launch
     return launch
 
 
 def forget_launches() -> None:
     """Drop every kept launch (the CPU evaluator changed, or a user op was unregistered)."""
-    _LAUNCHES.clear()
+    _STATEMENT_LAUNCHES.clear()
 
 
 def assign_all(statements) -> None:

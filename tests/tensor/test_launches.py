@@ -37,7 +37,7 @@ def numba_evaluator():
 
 
 def kept() -> int:
-    return len(engine._LAUNCHES)
+    return len(engine._STATEMENT_LAUNCHES)
 
 
 def test_a_rebuilt_statement_reuses_the_launch_with_this_calls_arrays_and_scalars():
