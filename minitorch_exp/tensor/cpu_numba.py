@@ -680,8 +680,17 @@ def _compiled_or_none(plan, build):
     except UserOpCompileError as err:
         plan.compiled["numba-refused"] = True
         warnings.warn(f"{err} -- running this expression with the NumPy evaluator instead",
-                      RuntimeWarning, stacklevel=4)
+                      RuntimeWarning, stacklevel=_first_frame_outside_package())
         return None
+
+
+def _first_frame_outside_package() -> int:
+    """The ``stacklevel`` that points a warning at the user's line, not at ours."""
+    package = str(Path(__file__).resolve().parents[1])
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def numpy_is_faster(plan) -> bool:

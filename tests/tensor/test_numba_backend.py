@@ -394,9 +394,11 @@ def test_user_op_numba_cannot_compile_warns_and_runs_on_numpy(user_op):
     user_op("nb_needs_arrays", lambda x, out=None: np.multiply(x, 2.0, out=out))
     x = mt.from_numpy(np.arange(3.0))
     with mt.using_cpu_backend("numba"):
-        with pytest.warns(RuntimeWarning, match="nb_needs_arrays.*scalars in nopython mode"):
+        with pytest.warns(RuntimeWarning, match="nb_needs_arrays.*scalars in nopython mode") \
+                as caught:
             got = (mt.apply_op("nb_needs_arrays", x) + 1).numpy()
         np.testing.assert_array_equal(got, np.arange(3.0) * 2 + 1)
+        assert caught[0].filename == __file__  # it points at the user's line, not ours
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # one warning per Plan, not per call
             (mt.apply_op("nb_needs_arrays", x) + 1).numpy()
