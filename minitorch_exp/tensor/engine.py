@@ -82,22 +82,12 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         return
     if not _fast_checks_pass(dst, e, saver):
         _check_assign(dst, e, saver)
-    if e.kind != COMPLEX and capture.ACTIVE is None and not counters.DEBUG:
-        try:
-            key, leaves, scalars = statement_key(dst, e, saver)
-        except NotElementwise:
-            pass
-        else:
-            launch = _STATEMENT_LAUNCHES.get(key) or _new_launch(key, dst, leaves, saver)
-            dst.storage.before_write()
-            call = launch.run([dst, *leaves], scalars)
-            if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
-                e.prepared = Prepared(dst, saver, *call)
-            return
     planned = None
     if e.kind != COMPLEX:
-        try:
-            planned = make_plan(e, dst.ndim)  # the common case: purely elementwise
+        try:  # the common case: purely elementwise
+            if capture.ACTIVE is None and not counters.DEBUG:
+                return _run_statement(dst, e, saver, prepare)
+            planned = make_plan(e, dst.ndim)
         except NotElementwise:
             pass
     elif e.shape != dst.shape:
@@ -114,6 +104,17 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
 
 #: statement key (``plan.statement_key``) -> the backend's launch for it (see ``assign``).
 _STATEMENT_LAUNCHES: dict[tuple, object] = {}
+
+
+def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
+    """An elementwise statement through the launch kept for its key (made the first time);
+    raises NotElementwise, having run nothing, if the tree holds a dot or reduction."""
+    key, leaves, scalars = statement_key(dst, e, saver)
+    launch = _STATEMENT_LAUNCHES.get(key) or _new_launch(key, dst, leaves, saver)
+    dst.storage.before_write()
+    call = launch.run([dst, *leaves], scalars)
+    if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
+        e.prepared = Prepared(dst, saver, *call)
 
 
 def _new_launch(key: tuple, dst, leaves, saver: str):
