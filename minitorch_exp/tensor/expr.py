@@ -49,6 +49,28 @@ def set_realized(e, tensor) -> None:
     new_epoch()
 
 
+def _operator(name: str, reflected: bool = False):
+    """The method behind ``a <op> b`` (``reflected``: ``b <op> a``) for an Exp ``a``.
+
+    A Python number or an expression on the other side -- every operand of a
+    training loop's statements -- goes straight to a ``Map``; anything else
+    through ``binary``, which converts arrays or answers NotImplemented.
+    """
+    op = OPS[name]
+
+    def method(self, other):
+        if type(other) in _WEAK_STANDIN:
+            other = Scalar(other)
+        elif not isinstance(other, Exp):
+            return binary(name, other, self) if reflected else binary(name, self, other)
+        return Map(op, (other, self) if reflected else (self, other))
+
+    python_name = {"div": "truediv", "logical_and": "and", "logical_or": "or"}.get(name, name)
+    method.__name__ = f"__{'r' if reflected else ''}{python_name}__"
+    method.__qualname__ = f"Exp.{method.__name__}"
+    return method
+
+
 class Exp:
     """Base of every expression. Subclasses set ``shape``, ``dtype``, ``device``."""
 
@@ -69,36 +91,12 @@ class Exp:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    # ---- arithmetic builds trees --------------------------------------------
-    def __add__(self, other):
-        return binary("add", self, other)
-
-    def __radd__(self, other):
-        return binary("add", other, self)
-
-    def __sub__(self, other):
-        return binary("sub", self, other)
-
-    def __rsub__(self, other):
-        return binary("sub", other, self)
-
-    def __mul__(self, other):
-        return binary("mul", self, other)
-
-    def __rmul__(self, other):
-        return binary("mul", other, self)
-
-    def __truediv__(self, other):
-        return binary("div", self, other)
-
-    def __rtruediv__(self, other):
-        return binary("div", other, self)
-
-    def __pow__(self, other):
-        return binary("pow", self, other)
-
-    def __rpow__(self, other):
-        return binary("pow", other, self)
+    # ---- arithmetic builds trees (``_operator``) -------------------------------
+    __add__, __radd__ = _operator("add"), _operator("add", reflected=True)
+    __sub__, __rsub__ = _operator("sub"), _operator("sub", reflected=True)
+    __mul__, __rmul__ = _operator("mul"), _operator("mul", reflected=True)
+    __truediv__, __rtruediv__ = _operator("div"), _operator("div", reflected=True)
+    __pow__, __rpow__ = _operator("pow"), _operator("pow", reflected=True)
 
     def __neg__(self):
         return Map(OPS["neg"], (self,))
@@ -115,29 +113,11 @@ class Exp:
     def __rmatmul__(self, other):
         return matmul(other, self)
 
-    def __eq__(self, other):  # type: ignore[override]
-        return binary("eq", self, other)
-
-    def __ne__(self, other):  # type: ignore[override]
-        return binary("ne", self, other)
-
-    def __lt__(self, other):
-        return binary("lt", self, other)
-
-    def __le__(self, other):
-        return binary("le", self, other)
-
-    def __gt__(self, other):
-        return binary("gt", self, other)
-
-    def __ge__(self, other):
-        return binary("ge", self, other)
-
-    def __and__(self, other):
-        return binary("logical_and", self, other)
-
-    def __or__(self, other):
-        return binary("logical_or", self, other)
+    __eq__ = _operator("eq")  # type: ignore[assignment]
+    __ne__ = _operator("ne")  # type: ignore[assignment]
+    __lt__, __le__ = _operator("lt"), _operator("le")
+    __gt__, __ge__ = _operator("gt"), _operator("ge")
+    __and__, __or__ = _operator("logical_and"), _operator("logical_or")
 
     def __invert__(self):
         return apply_op("logical_not", self)
