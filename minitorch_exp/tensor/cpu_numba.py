@@ -717,7 +717,7 @@ def _go_parallel(work: int) -> bool:
     return work >= PARALLEL_MIN and numba.get_num_threads() > 1
 
 
-class Launch(NamedTuple):
+class Launch:
     """One kernel call worked out for a combination of plan, saver and layouts.
 
     ``template`` is the argument list with None where an operand's array goes;
@@ -726,11 +726,15 @@ class Launch(NamedTuple):
     its launch with one dict lookup and only fills in the arrays.
     """
 
-    kernel: object                      # the module with ``serial`` and ``parallel``
-    may_parallel: bool                  # enough work for prange (if threads > 1 then)
-    template: list
-    holes: tuple                        # (argument index, operand index, private copy?)
-    copies: bool                        # some operand is copied: repeating args is stale
+    __slots__ = ("kernel", "may_parallel", "template", "holes", "copies")
+
+    def __init__(self, kernel, may_parallel: bool, template: list, holes: tuple,
+                 copies: bool):
+        self.kernel = kernel                # the module with ``serial`` and ``parallel``
+        self.may_parallel = may_parallel    # enough work for prange (if threads > 1 then)
+        self.template = template
+        self.holes = holes                  # (argument index, operand index, private copy?)
+        self.copies = copies                # an operand is copied: repeating args is stale
 
     def run(self, operands, scalars):
         """Call the kernel for ``operands`` (dsts first, then leaves); return

@@ -61,8 +61,13 @@ class Prepared:
     __slots__ = ("storage", "layout", "saver", "epoch", "device", "fn", "args")
 
     def __init__(self, dst, saver, fn, args):
-        self.storage, self.layout, self.device = dst.storage, dst.layout, dst.device.type
-        self.saver, self.epoch, self.fn, self.args = saver, _expr.EPOCH, fn, args
+        self.storage = dst.storage
+        self.layout = dst.layout
+        self.device = dst.device.type
+        self.saver = saver
+        self.epoch = _expr.EPOCH
+        self.fn = fn
+        self.args = args
 
 
 def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
@@ -80,13 +85,16 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         if capture.ACTIVE is not None:
             capture.ACTIVE.add(p.fn, p.args, p.storage, tally=(p.device, "fused"))
         return
-    if not _fast_checks_pass(dst, e, saver):
-        _check_assign(dst, e, saver)
+    if (e.kind != COMPLEX and type(e) is not Scalar and type(dst) is Tensor
+            and capture.ACTIVE is None and not counters.DEBUG):
+        try:  # the common case: purely elementwise
+            return _run_statement(dst, e, saver, prepare)
+        except NotElementwise:
+            pass
+    _check(dst, e, saver)
     planned = None
     if e.kind != COMPLEX:
-        try:  # the common case: purely elementwise
-            if capture.ACTIVE is None and not counters.DEBUG:
-                return _run_statement(dst, e, saver, prepare)
+        try:
             planned = make_plan(e, dst.ndim)
         except NotElementwise:
             pass
@@ -108,9 +116,18 @@ _STATEMENT_LAUNCHES: dict[tuple, object] = {}
 
 def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
     """An elementwise statement through the launch kept for its key (made the first time);
-    raises NotElementwise, having run nothing, if the tree holds a dot or reduction."""
+    raises NotElementwise, having run nothing, if the tree holds a dot or reduction.
+
+    Only a new key is checked: the key holds everything the checks read (dst's
+    layout, dtype and device, the saver, and the tree's ops, leaf dtypes and
+    layouts, scalar types and device), so a kept launch's statement passed them.
+    A scalar root is not taken here: its check reads the scalar's value.
+    """
     key, leaves, scalars = statement_key(dst, e, saver)
-    launch = _STATEMENT_LAUNCHES.get(key) or _new_launch(key, dst, leaves, saver)
+    launch = _STATEMENT_LAUNCHES.get(key)
+    if launch is None:
+        _check(dst, e, saver)
+        launch = _new_launch(key, dst, leaves, saver)
     dst.storage.before_write()
     call = launch.run([dst, *leaves], scalars)
     if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
@@ -145,8 +162,7 @@ def assign_all(statements) -> None:
     if not items:
         return
     for dst, e, saver in items:
-        if not _fast_checks_pass(dst, e, saver):
-            _check_assign(dst, e, saver)
+        _check(dst, e, saver)
     shape, device = items[0][0].shape, items[0][0].device
     run_group = getattr(backend_for(device), "elementwise_group", None)
     if len(items) > 1 and run_group is not None and not counters.DEBUG and all(
@@ -161,6 +177,11 @@ def assign_all(statements) -> None:
             return
     for dst, e, saver in items:
         assign(dst, e, saver)
+
+
+def _check(dst, e: Exp, saver: str) -> None:
+    if not _fast_checks_pass(dst, e, saver):
+        _check_assign(dst, e, saver)
 
 
 def _fast_checks_pass(dst, e: Exp, saver: str) -> bool:

@@ -156,19 +156,19 @@ def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, list, list]:
     """``(key, leaves, scalar_values)`` of the assignment ``dst (saver)= e``.
 
     The key holds the plan key's tokens, each leaf's layout and whether it
-    shares dst's storage, and dst's own facts: everything that decides the
-    kernel call, short of the arrays and the scalars' values. A training loop
+    shares dst's storage, the tree's device and dst's own facts: everything
+    that decides the kernel call, short of the arrays and the scalars' values. A training loop
     builds each statement afresh but with the same key, so the engine keeps
     the call it worked out per key and reaches it from this walk alone.
     """
     leaves: list = []
     scalars: list = []
-    key: list = [saver, dst.layout, dst.dtype.char, dst.device]
+    key: list = [saver, dst.layout, dst.dtype.char, dst.device, e.device]
     _walk_root(e, leaves, scalars, key, dst.storage)
     return tuple(key), leaves, scalars
 
 
-_STATEMENT_HEAD = 4  # how many of a statement key's items come before its tokens
+_STATEMENT_HEAD = 5  # how many of a statement key's items come before its tokens
 
 
 def statement_plan(key: tuple) -> Plan:

@@ -151,3 +151,20 @@ def test_statements_of_one_structure_over_any_layouts_match_numpy(data):
         dst, g = from_numpy(dst_arr), from_numpy(g_arr)
         dst[...] = -eta * (g + 0.5 * dst)
         np.testing.assert_allclose(dst.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_kept_launch_never_lets_a_bad_statement_through():
+    """Checks run for every new key, and a key that failed is never kept: a statement
+    like a good one but with another dtype, saver or shape still raises, every time."""
+    a = from_numpy(np.arange(4, dtype=np.int64))
+    f, wide = from_numpy(np.ones(4)), from_numpy(np.ones(5, dtype=np.int64))
+    a[...] = a * 2  # kept
+    for _ in range(2):
+        with pytest.raises(TypeError, match="float64 expression into a int64"):
+            a[...] = f * 2
+        with pytest.raises(TypeError, match="true division"):
+            a /= a * 2
+        with pytest.raises(ValueError, match=r"shape \(5,\) cannot be written"):
+            a[...] = wide * 2
+    a[...] = a * 2
+    np.testing.assert_array_equal(a.numpy(), np.arange(4) * 4)
