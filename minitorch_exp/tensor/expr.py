@@ -306,14 +306,14 @@ class Scalar(Exp):
     """A Python number. It is *weak*: it takes the dtype of the tensors it meets."""
 
     __slots__ = ("value",)
+    shape = ()     # class attributes in place of Exp's slots: a scalar is built per
+    device = None  # operator, so its constructor sets only what varies
 
     _DEFAULT_DTYPES = {float: dtypes.float64, int: dtypes.int64, bool: dtypes.bool_}
 
     def __init__(self, value):
         self.value = value
-        self.shape = ()
         self.dtype = self._DEFAULT_DTYPES.get(type(value)) or dtypes.result_type(value)
-        self.device = None
 
     def _view(self, fn, what):
         return self
