@@ -85,20 +85,21 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         if capture.ACTIVE is not None:
             capture.ACTIVE.add(p.fn, p.args, p.storage, tally=(p.device, "fused"))
         return
-    if (e.kind != COMPLEX and type(e) is not Scalar and type(dst) is Tensor
+    maybe_elementwise = e.kind != COMPLEX
+    if (maybe_elementwise and type(e) is not Scalar and type(dst) is Tensor
             and capture.ACTIVE is None and not counters.DEBUG):
         try:  # the common case: purely elementwise
             return _run_statement(dst, e, saver, prepare)
         except NotElementwise:
-            pass
+            maybe_elementwise = False  # a dot or reduction inside: resolved below
     _check(dst, e, saver)
     planned = None
-    if e.kind != COMPLEX:
+    if maybe_elementwise:
         try:
             planned = make_plan(e, dst.ndim)
         except NotElementwise:
             pass
-    elif e.shape != dst.shape:
+    elif e.kind == COMPLEX and e.shape != dst.shape:
         e = evaluate(e)  # a dot or reduction broadcasting into dst: compute, then copy
     if planned is None:
         e = resolve_boundaries(e)
@@ -130,7 +131,7 @@ def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
         launch = _new_launch(key, dst, leaves, saver)
     dst.storage.before_write()
     call = launch.run([dst, *leaves], scalars)
-    if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
+    if prepare and call is not None and e.kind == MAPPER:
         e.prepared = Prepared(dst, saver, *call)
 
 
