@@ -100,9 +100,10 @@ def _walk(operands, leaves: list, scalars: list, key: list, memo: dict,
             scalars.append(e.value)
             key.append(type(e.value))
             continue
-        if e.kind != RVALUE and e.realized is not None:
-            e = e.realized  # computed before: read the remembered tensor
-        if e.kind == RVALUE:
+        kind = e.kind
+        if kind != RVALUE and e.realized is not None:
+            e, kind = e.realized, RVALUE  # computed before: read the remembered tensor
+        if kind == RVALUE:
             key.append((e.dtype.char, len(e.shape)) if storage is None else
                        (e.dtype.char, e.layout, e.storage is storage))
             leaves.append(e)
