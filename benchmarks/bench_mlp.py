@@ -29,11 +29,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import time
 
 import numpy as np
-from common import Table, format_seconds, pin_threads, print_machine_info
+from common import Table, format_seconds, interleaved_timeit, pin_threads, print_machine_info
 
 import minitorch_exp as mt
 from minitorch_exp import nn
@@ -221,30 +220,6 @@ def check_same_steps(weights, data, device="cpu", rtol=1e-4, atol=1e-6):
             nstep()
         for a, b in zip(mparams(), nparams()):
             np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
-
-
-def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5) -> dict[str, float]:
-    """Seconds per call of each step: the median over ``rounds`` rounds, the frameworks
-    taking turns within each round so that a noisy neighbour slows them all alike."""
-    numbers = {}
-    for name, fn in steps.items():
-        fn()  # warm-up (caches, JIT, momentum buffers)
-        number, elapsed = 1, 0.0
-        while elapsed < min_time / rounds / len(steps):
-            number *= 2
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            elapsed = time.perf_counter() - start
-        numbers[name] = number
-    samples: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(rounds):
-        for name, fn in steps.items():
-            start = time.perf_counter()
-            for _ in range(numbers[name]):
-                fn()
-            samples[name].append((time.perf_counter() - start) / numbers[name])
-    return {name: statistics.median(ts) for name, ts in samples.items()}
 
 
 def kernels_per_step(step, device="cpu") -> dict[str, int]:

@@ -37,7 +37,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import RESULTS_DIR, Table, bandwidth_floor, pin_threads, print_machine_info, timeit
+from common import (
+    RESULTS_DIR,
+    Table,
+    bandwidth_floor,
+    interleaved_timeit,
+    pin_threads,
+    print_machine_info,
+    timeit,
+)
 
 import minitorch_exp.tensor as mt
 from minitorch_exp.tensor import cpu_numba
@@ -265,29 +273,29 @@ def overhead_table(min_time, n: int = 1000) -> Table:
 
     The issue's yardsticks: a cached statement's evaluation within 3x of one
     ufunc, and the whole statement (build + evaluate) within 2x of naive NumPy
-    and ahead of PyTorch eager in place.
+    and ahead of PyTorch eager in place. The rows of each update take turns
+    (``interleaved_timeit``), so a busy neighbour slows them alike.
     """
     set_threads(1)
     a, b = arrays(n, 2)
     c = np.empty_like(a)
     table = Table("update_overhead", baseline="numpy: one ufunc (add, out=)")
-    table.add("numpy: one ufunc (add, out=)", n,
-              timeit(lambda: np.add(a, b, out=c), min_time=min_time))
     with mt.using_cpu_backend("numba"):
         for update in ("seed", "adam"):
-            table.add(f"{update}: ours, built once", n,
-                      timeit(OURS_BUILT_ONCE[update](n), min_time=min_time))
-            table.add(f"{update}: ours, whole statement", n,
-                      timeit(OURS[update](n), min_time=min_time))
+            steps = {"numpy: one ufunc (add, out=)": lambda: np.add(a, b, out=c)} \
+                if update == "seed" else {}
+            steps[f"{update}: ours, built once"] = OURS_BUILT_ONCE[update](n)
+            steps[f"{update}: ours, whole statement"] = OURS[update](n)
             if update == "adam":
-                table.add("adam: ours, whole statements, one assign_all", n,
-                          timeit(adam_ours_one_kernel(n), min_time=min_time))
+                steps["adam: ours, whole statements, one assign_all"] = adam_ours_one_kernel(n)
             for name in ("numpy naive", "torch eager"):
                 try:
-                    table.add(f"{update}: {name}", n,
-                              timeit(PEERS[update][name](n), min_time=min_time))
+                    steps[f"{update}: {name}"] = PEERS[update][name](n)
                 except ImportError as err:
                     print(f"  {name}: skipped ({err})")
+            for name, seconds in interleaved_timeit(steps, min_time * len(steps),
+                                                    rounds=9).items():
+                table.add(name, n, seconds)
     set_threads(2)
     return table
 

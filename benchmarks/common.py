@@ -209,6 +209,30 @@ def timeit(fn: Callable[[], Any], *, min_time: float = 0.2, repeat: int = 5,
     return statistics.median(_run(fn, number, sync) / number for _ in range(repeat))
 
 
+def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5) -> dict[str, float]:
+    """Seconds per call of each step: the median over ``rounds`` rounds, the frameworks
+    taking turns within each round so that a noisy neighbour slows them all alike."""
+    numbers = {}
+    for name, fn in steps.items():
+        fn()  # warm-up (caches, JIT, momentum buffers)
+        number, elapsed = 1, 0.0
+        while elapsed < min_time / rounds / len(steps):
+            number *= 2
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            elapsed = time.perf_counter() - start
+        numbers[name] = number
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, fn in steps.items():
+            start = time.perf_counter()
+            for _ in range(numbers[name]):
+                fn()
+            samples[name].append((time.perf_counter() - start) / numbers[name])
+    return {name: statistics.median(ts) for name, ts in samples.items()}
+
+
 @functools.cache
 def memory_bandwidth(nbytes: int = 256 * 2**20) -> float:
     """Measured bytes per second moved by a large copy (reads + writes).
