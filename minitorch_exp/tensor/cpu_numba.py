@@ -621,11 +621,15 @@ class NumbaBackend:
         """Run statements ``(plan, leaves, scalars)`` into ``dsts`` as one loop (see
         ``engine.assign_all``); False, having run nothing, when they cannot share one."""
         leaves = [t for _, group, _ in planned for t in group]
-        launch = _group_launch(dsts, [plan for plan, _, _ in planned], leaves, savers)
+        launch = self.group_launch(dsts, [plan for plan, _, _ in planned], leaves, savers)
         if launch is None:
             return False
         launch.run([*dsts, *leaves], [x for _, _, scalars in planned for x in scalars])
         return True
+
+    def group_launch(self, dsts, plans, leaves, savers) -> Launch | None:
+        """The ``Launch`` of statements sharing one loop, or None when they cannot."""
+        return _group_launch(dsts, plans, leaves, savers)
 
     def dot(self, dst, a, b, saver: str):
         return self.fallback.dot(dst, a, b, saver)

@@ -146,6 +146,7 @@ def _new_launch(key: tuple, dst, leaves, saver: str):
 def forget_launches() -> None:
     """Drop every kept launch (the CPU evaluator changed, or a user op was unregistered)."""
     _STATEMENT_LAUNCHES.clear()
+    _GROUP_LAUNCHES.clear()
 
 
 def assign_all(statements) -> None:
@@ -161,6 +162,17 @@ def assign_all(statements) -> None:
     """
     items = [(dst, as_exp(e), rest[0] if rest else "=") for dst, e, *rest in statements]
     if not items:
+        return
+    if len(items) > 1 and capture.ACTIVE is None and not counters.DEBUG and all(
+            type(dst) is Tensor and type(e) is not Scalar and e.kind != COMPLEX
+            for dst, e, _ in items):
+        try:
+            grouped = _run_group(items)
+        except NotElementwise:  # a dot or reduction: its own kernel, one at a time
+            grouped = False
+        if not grouped:
+            for dst, e, saver in items:
+                assign(dst, e, saver)
         return
     for dst, e, saver in items:
         _check(dst, e, saver)
@@ -178,6 +190,56 @@ def assign_all(statements) -> None:
             return
     for dst, e, saver in items:
         assign(dst, e, saver)
+
+
+#: group key (``_run_group``) -> the backend's launch for the statements, or None when
+#: they cannot share one loop.
+_GROUP_LAUNCHES: dict[tuple, object] = {}
+
+
+def _run_group(items) -> bool:
+    """Statements through the one launch kept for their group key (see ``assign_all``);
+    False, having run nothing, when they cannot share one loop.
+
+    The key is each statement's key plus which storages the statements share:
+    for each dst, the first dst on its storage, and for each leaf, the dst it
+    shares a storage with (-1: none). As in ``_run_statement`` only a new key
+    is checked. Every dst counts its write first, so the walks see the lazy
+    values that this realizes.
+    """
+    dst_of: dict[int, int] = {}
+    shared = []
+    for j, (dst, _, _) in enumerate(items):
+        dst.storage.before_write()
+        shared.append(dst_of.setdefault(id(dst.storage), j))
+    keys, leaves, scalars = [], [], []
+    for dst, e, saver in items:
+        key, own_leaves, values = statement_key(dst, e, saver)
+        keys.append(key)
+        leaves += own_leaves
+        scalars += values
+    key = (*keys, tuple(shared), tuple([dst_of.get(id(t.storage), -1) for t in leaves]))
+    launch = _GROUP_LAUNCHES.get(key, False)
+    if launch is False:
+        for dst, e, saver in items:
+            _check(dst, e, saver)
+        if len(_GROUP_LAUNCHES) > 4096:
+            _GROUP_LAUNCHES.clear()
+        launch = _GROUP_LAUNCHES[key] = _new_group_launch(items, keys, leaves)
+    if launch is None:
+        return False
+    launch.run([*[dst for dst, _, _ in items], *leaves], scalars)
+    return True
+
+
+def _new_group_launch(items, keys, leaves):
+    dsts = [dst for dst, _, _ in items]
+    if any(d.shape != dsts[0].shape or d.device != dsts[0].device for d in dsts):
+        return None
+    make = getattr(backend_for(dsts[0].device), "group_launch", None)
+    if make is None:  # an evaluator without grouped kernels
+        return None
+    return make(dsts, [statement_plan(k) for k in keys], leaves, [s for _, _, s in items])
 
 
 def _check(dst, e: Exp, saver: str) -> None:

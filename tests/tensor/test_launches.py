@@ -26,6 +26,9 @@ from minitorch_exp.tensor import (
     unregister_op,
     using_cpu_backend,
 )
+from minitorch_exp.tensor import (
+    assign_all as mt_assign_all,
+)
 
 from .strategies import arrays, broadcastable_to, shapes
 
@@ -168,3 +171,65 @@ def test_a_kept_launch_never_lets_a_bad_statement_through():
             a[...] = wide * 2
     a[...] = a * 2
     np.testing.assert_array_equal(a.numpy(), np.arange(4) * 4)
+
+
+# ---- groups (assign_all) -----------------------------------------------------------
+
+def adam_like(w, g, m, v, lr):
+    return [(m, 0.9 * m + 0.1 * g), (v, 0.99 * v + 0.01 * g * g),
+            (w, w - lr * m / ((v + 1e-8) ** 0.5), "=")]
+
+
+def test_a_rebuilt_group_reuses_its_launch_and_reads_each_statement_in_order():
+    rng = np.random.default_rng(3)
+    arrays_ = [rng.random(6) + 0.5 for _ in range(4)]
+    w, g, m, v = (from_numpy(a.copy()) for a in arrays_)
+    rw, rg, rm, rv = (a.copy() for a in arrays_)
+    kept = None
+    for step in range(1, 4):
+        lr = 0.01 * step
+        with count_kernels() as k:
+            mt_assign_all(adam_like(w, g, m, v, lr))
+        rm = 0.9 * rm + 0.1 * rg
+        rv = 0.99 * rv + 0.01 * rg * rg
+        rw = rw - lr * rm / ((rv + 1e-8) ** 0.5)
+        for got, want in ((w, rw), (m, rm), (v, rv)):
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+        assert k.total == 1
+        if kept is None:
+            kept = len(engine._GROUP_LAUNCHES)
+        assert len(engine._GROUP_LAUNCHES) == kept
+
+
+def test_a_group_whose_sharing_changes_gets_its_own_launch():
+    """First ``b`` reads ``a`` after the statement writing it (the new values);
+    then the same statements over tensors that share nothing read ``c``'s own."""
+    a, b = from_numpy(np.ones(4)), from_numpy(np.zeros(4))
+    mt_assign_all([(a, a + 1), (b, a * 10)])
+    np.testing.assert_array_equal(b.numpy(), np.full(4, 20.0))
+    c, d, e = from_numpy(np.ones(4)), from_numpy(np.zeros(4)), from_numpy(np.full(4, 5.0))
+    mt_assign_all([(c, c + 1), (d, e * 10)])
+    np.testing.assert_array_equal(d.numpy(), np.full(4, 50.0))
+    np.testing.assert_array_equal(c.numpy(), np.full(4, 2.0))
+
+
+def test_statements_that_cannot_share_a_loop_run_one_by_one_every_time():
+    """The second statement reads the first one's dst shifted: one loop would read
+    elements not yet written; each run, kept decision or not, matches NumPy."""
+    for _ in range(2):
+        base = np.arange(6.0)
+        a, b = from_numpy(base.copy()), from_numpy(np.zeros(5))
+        with count_kernels() as k:
+            mt_assign_all([(a, a * 2), (b, a[1:] + 1)])
+        np.testing.assert_array_equal(a.numpy(), base * 2)
+        np.testing.assert_array_equal(b.numpy(), base[1:] * 2 + 1)
+        assert k.total == 2
+
+
+def test_a_bad_statement_in_a_group_raises_every_time():
+    a, b = from_numpy(np.ones(3, dtype=np.int64)), from_numpy(np.ones(3))
+    mt_assign_all([(a, a + 1), (b, b * 2)])
+    for _ in range(2):
+        with pytest.raises(TypeError, match="float64 expression into a int64"):
+            mt_assign_all([(a, b + 1), (b, b * 2)])
+        np.testing.assert_array_equal(b.numpy(), np.full(3, 2.0))  # nothing ran
