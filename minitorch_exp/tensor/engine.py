@@ -16,7 +16,8 @@ Two memos make repeated statements cheap. An expression assigned again into
 the same place replays its bound call (``Prepared``). A statement built
 afresh with the same structure, layouts and aliasing as an earlier one -- a
 training loop's every step -- finds that one's launch under its statement key
-(``plan.statement_key``) and only fills in its arrays and scalars.
+(``plan.statement_key``) and only fills in its arrays and scalars;
+``assign_all`` keeps one launch per group of such keys.
 """
 
 from __future__ import annotations
