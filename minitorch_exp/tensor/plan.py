@@ -92,7 +92,8 @@ def _walk(operands, leaves: list, scalars: list, key: list, memo: dict,
     less than a memo lookup per leaf on every statement).
 
     Given dst's ``storage`` (a statement key, see ``statement_key``) a tensor's
-    token is ``(dtype char, layout, whether it is that storage)`` instead.
+    token is its ``LeafToken`` instead: its dtype, its layout, and whether it
+    is that storage.
     """
     for e in operands:
         t = type(e)
@@ -104,8 +105,10 @@ def _walk(operands, leaves: list, scalars: list, key: list, memo: dict,
         if kind != RVALUE and e.realized is not None:
             e, kind = e.realized, RVALUE  # computed before: read the remembered tensor
         if kind == RVALUE:
-            key.append((e.dtype.char, len(e.shape)) if storage is None else
-                       (e.dtype.char, e.layout, e.storage is storage))
+            if storage is None:
+                key.append((e.dtype.char, len(e.shape)))
+            else:
+                key.append((e._leaf_tokens or leaf_tokens(e))[e.storage is storage])
             leaves.append(e)
             continue
         seen = memo.get(id(e))
@@ -154,31 +157,69 @@ def _plan(key: tuple) -> Plan:
 
 
 def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, list, list]:
-    """``(key, leaves, scalar_values)`` of the assignment ``dst (saver)= e``.
+    """``(key, leaf tensors, scalar_values)`` of the assignment ``dst (saver)= e``.
 
-    The key holds the plan key's tokens, each leaf's layout and whether it
-    shares dst's storage, the tree's device and dst's own facts: everything
-    that decides the kernel call, short of the arrays and the scalars' values. A training loop
-    builds each statement afresh but with the same key, so the engine keeps
-    the call it worked out per key and reaches it from this walk alone.
+    The key holds the plan key's tokens with each leaf's ``LeafToken``, the
+    tree's device, and dst's own token, device and saver: everything that
+    decides the kernel call, short of the arrays and the scalars' values. A
+    training loop builds each statement afresh but with the same key, so the
+    engine keeps the call it worked out per key and reaches it from this walk
+    alone.
     """
     leaves: list = []
     scalars: list = []
-    key: list = [saver, dst.layout, dst.dtype.char, dst.device, e.device]
+    key: list = [saver, (dst._leaf_tokens or leaf_tokens(dst))[0], dst.device, e.device]
     _walk_root(e, leaves, scalars, key, dst.storage)
     return tuple(key), leaves, scalars
 
 
-_STATEMENT_HEAD = 5  # how many of a statement key's items come before its tokens
+_STATEMENT_HEAD = 4  # how many of a statement key's items come before its tokens
 
 
 def statement_plan(key: tuple) -> Plan:
     """The Plan of a ``statement_key``: its tokens without layouts."""
     tokens = key[_STATEMENT_HEAD:]
     back = _STATEMENT_HEAD - 1  # a repeat token indexes the key; the plan key has one head item
-    return _plan((len(key[1].shape), *[
-        (tok[0], len(tok[1].shape)) if type(tok) is tuple else
+    return _plan((key[1].ndim, *[
+        (tok.char, tok.ndim) if type(tok) is LeafToken else
         tok - back if type(tok) is int else tok for tok in tokens]))
+
+
+class LeafToken:
+    """A tensor's part of a statement key: its dtype char, its layout, and whether
+    it is dst's storage. Interned (``leaf_tokens``), so a key hashes and compares
+    it by identity: a statement's lookup costs no layout hashing."""
+
+    __slots__ = ("char", "layout", "is_dst_storage")
+
+    def __init__(self, char: str, layout, is_dst_storage: bool):
+        self.char, self.layout, self.is_dst_storage = char, layout, is_dst_storage
+
+    @property
+    def ndim(self) -> int:
+        return len(self.layout.shape)
+
+    def __repr__(self) -> str:
+        return f"LeafToken({self.char!r}, {self.layout}, {self.is_dst_storage})"
+
+
+_LEAF_TOKENS: dict[tuple, LeafToken] = {}
+
+
+def leaf_tokens(t) -> tuple[LeafToken, LeafToken]:
+    """The tensor ``t``'s two tokens (not dst's storage, dst's storage), interned and
+    remembered on ``t`` (a Tensor is an immutable view)."""
+    if len(_LEAF_TOKENS) > 1 << 16:
+        _LEAF_TOKENS.clear()  # bounded; tokens already handed out stay valid
+    pair = []
+    for shares in (False, True):
+        facts = (t.dtype.char, t.layout, shares)
+        token = _LEAF_TOKENS.get(facts)
+        if token is None:
+            token = _LEAF_TOKENS[facts] = LeafToken(*facts)
+        pair.append(token)
+    t._leaf_tokens = tokens = tuple(pair)
+    return tokens
 
 
 def _build(key: tuple) -> Plan:

@@ -22,7 +22,7 @@ class Tensor(Exp):
     into a tensor (``t[...] = e``, ``t += e``) evaluates them, fused.
     """
 
-    __slots__ = ("storage", "layout", "_array")
+    __slots__ = ("storage", "layout", "_array", "_leaf_tokens")
     kind = RVALUE
 
     def __init__(self, storage: Storage, layout: L.Layout):
@@ -35,6 +35,7 @@ class Tensor(Exp):
         self.dtype = dtype
         self.device = device
         self._array = None
+        self._leaf_tokens = None  # plan.leaf_tokens, made when a statement first reads it
 
     @classmethod
     def meta(cls, shape, dtype) -> Tensor:
