@@ -168,9 +168,11 @@ class FlatGroup:
     @classmethod
     def make(cls, params) -> FlatGroup | None:
         kinds = {(p.dtype, p.device) for p in params}
-        if len(kinds) != 1 or any(p.grad_fn is not None or p.grad_buffer is not None
-                                  for p in params):
+        if len(kinds) != 1 or any(p.grad_fn is not None for p in params):
             return None
+        # Parameters flattened before (by another optimizer) move into new buffers; that
+        # optimizer's FlatGroup then sees views that are not its own and updates them
+        # one by one (``ready``).
         (dtype, device), = kinds
         total = sum(p.numel() for p in params)
         values = new_empty((total,), dtype, device)

@@ -396,3 +396,52 @@ def test_flat_and_per_parameter_updates_agree(device, opt_cls, kw):
         runs.append([p.numpy().copy() for p in model.parameters()])
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_second_optimizer_over_the_same_parameters_is_flat_too():
+    """A new optimizer for a model another one flattened (fine-tuning with Adam after
+    SGD) updates in one kernel as well; the first, still usable, goes per parameter.
+    Both agree with per-parameter updates of the same steps."""
+    runs = []
+    for flat in (True, False):
+        mt.manual_seed(5)
+        model, sgd, x, y = _flat_setup(optim.SGD, lr=0.1, momentum=0.9)
+        adam = optim.Adam(model.parameters(), lr=1e-2)
+        if not flat:
+            sgd._flat = [None] * len(sgd._flat)
+            adam._flat = [None] * len(adam._flat)
+        for opt in (sgd, adam, adam, sgd):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            with mt.count_kernels() as k:
+                opt.step()
+            if flat and opt is adam:
+                assert k.total == 1, k
+        runs.append([p.numpy().copy() for p in model.parameters()])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_captured_step_is_not_stale_after_another_optimizer_moves_the_parameters():
+    """Making a second optimizer moves the parameters into its flat buffers; a step
+    captured before then records itself again instead of replaying the old buffers."""
+    runs = []
+    for second in (False, True):
+        mt.manual_seed(0)
+        model, opt, x, y = _flat_setup(optim.SGD, lr=0.1, momentum=0.9)
+
+        def step(x, y, model=model, opt=opt):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+
+        captured = mt.capture(step)
+        for _ in range(4):
+            captured(x, y)
+        if second:
+            optim.Adam(model.parameters(), lr=1e-2)
+        for _ in range(3):
+            captured(x, y)
+        runs.append([p.numpy().copy() for p in model.parameters()])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
