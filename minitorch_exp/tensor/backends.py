@@ -51,13 +51,15 @@ def _cpu_backend(name: str):
 
 def backend_for(device):
     """The backend that evaluates on ``device`` (recording its kernels during a capture)."""
-    backend = _device_backend(device)
+    backend = device_backend(device)
     if capture.ACTIVE is not None:
         return capture.RecordingBackend(backend, capture.ACTIVE)
     return backend
 
 
-def _device_backend(device):
+def device_backend(device):
+    """The evaluator of ``device`` itself (what launches are made from: they are kept
+    across captures, so never a recording wrapper)."""
     if device.type == "cpu":
         backend = _CPU_BACKENDS.get(_state["cpu"])
         if backend is not None:

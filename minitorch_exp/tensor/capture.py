@@ -146,21 +146,12 @@ class RecordingBackend:
     def __init__(self, inner, rec: Recording):
         self.inner, self.rec = inner, rec
         self.name = inner.name
-        if not hasattr(inner, "elementwise_group"):
-            self.elementwise_group = None
 
     def elementwise(self, plan, dst, leaves, scalars, saver: str):
         call = self.inner.elementwise(plan, dst, leaves, scalars, saver)
         self._add(call, "fused", self.inner.elementwise, (plan, dst, leaves, scalars, saver),
                   dst)
         return call
-
-    def elementwise_group(self, dsts, planned, savers) -> bool:
-        ran = self.inner.elementwise_group(dsts, planned, savers)
-        if ran:
-            self.rec.add(self.inner.elementwise_group, (dsts, planned, savers),
-                         *(d.storage for d in dsts))
-        return ran
 
     def dot(self, dst, a, b, saver: str):
         call = self.inner.dot(dst, a, b, saver)

@@ -617,19 +617,26 @@ class NumbaBackend:
         return _elementwise_launch(plan, dst, leaves, saver) or \
             EvaluatorLaunch(self.fallback, plan, saver)
 
-    def elementwise_group(self, dsts, planned, savers) -> bool:
-        """Run statements ``(plan, leaves, scalars)`` into ``dsts`` as one loop (see
-        ``engine.assign_all``); False, having run nothing, when they cannot share one."""
-        leaves = [t for _, group, _ in planned for t in group]
-        launch = self.group_launch(dsts, [plan for plan, _, _ in planned], leaves, savers)
-        if launch is None:
-            return False
-        launch.run([*dsts, *leaves], [x for _, _, scalars in planned for x in scalars])
-        return True
-
     def group_launch(self, dsts, plans, leaves, savers) -> Launch | None:
-        """The ``Launch`` of statements sharing one loop, or None when they cannot."""
-        return _group_launch(dsts, plans, leaves, savers)
+        """The ``Launch`` of statements writing ``dsts`` (all statements' ``leaves``) in
+        one loop, or None when they cannot share one (``engine.assign_all`` keeps it)."""
+        n = dsts[0].numel()
+        if n >= NUMPY_FROM and any(numpy_is_faster(plan) for plan in plans):
+            return None
+        loops = _plan_group_loops(dsts, leaves)
+        if loops is None:
+            return None
+        key = (tuple(plans), len(loops.shape), tuple(savers), loops.kinds,
+               tuple(d.dtype.char for d in dsts))
+        kernel = _GROUP_KERNELS.get(key)
+        if kernel is None:
+            try:
+                kernel = _GROUP_KERNELS[key] = _group_kernel(plans, key, savers, dsts)
+            except UserOpCompileError:
+                return None  # each statement alone then says why, once
+        operands = len(dsts) + len(leaves)
+        work = n * (operands + sum(len(plan.instrs) for plan in plans))
+        return _launch(kernel, loops.shape, loops.tails, (False,) * operands, work)
 
     def dot(self, dst, a, b, saver: str):
         return self.fallback.dot(dst, a, b, saver)
@@ -857,37 +864,6 @@ class GroupLoops(NamedTuple):
     shape: L.Shape                      # merged loop sizes, outermost first
     tails: list                         # per dst, then per leaf: (offset, *strides) or None
     kinds: tuple[str, ...]              # the same order; ``d<j>``: the element dst j is at
-
-
-def _group_launch(dsts, plans, leaves, savers) -> Launch | None:
-    """The launch of statements writing ``dsts`` (all statements' ``leaves``); None
-    when they cannot share one loop. Like ``_elementwise_launch`` it is worked out
-    once per combination of plans, savers, dtypes, layouts and shared storages."""
-    first: dict[int, int] = {}
-    key = (tuple(plans), tuple(savers), len(dsts), *[d.dtype.char for d in dsts],
-           *[(t.layout, first.setdefault(id(t.storage), k))
-             for k, t in enumerate([*dsts, *leaves])])
-    return _memo(_LAUNCHES, key, lambda: _make_group_launch(dsts, plans, leaves, savers))
-
-
-def _make_group_launch(dsts, plans, leaves, savers) -> Launch | None:
-    n = dsts[0].numel()
-    if n >= NUMPY_FROM and any(numpy_is_faster(plan) for plan in plans):
-        return None
-    loops = _plan_group_loops(dsts, leaves)
-    if loops is None:
-        return None
-    key = (tuple(plans), len(loops.shape), tuple(savers), loops.kinds,
-           tuple(d.dtype.char for d in dsts))
-    kernel = _GROUP_KERNELS.get(key)
-    if kernel is None:
-        try:
-            kernel = _GROUP_KERNELS[key] = _group_kernel(plans, key, savers, dsts)
-        except UserOpCompileError:
-            return None  # each statement alone then says why, once
-    operands = len(dsts) + len(leaves)
-    work = n * (operands + sum(len(plan.instrs) for plan in plans))
-    return _launch(kernel, loops.shape, loops.tails, (False,) * operands, work)
 
 
 def _plan_group_loops(dsts, leaves) -> GroupLoops | None:

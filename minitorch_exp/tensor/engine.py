@@ -27,7 +27,7 @@ import numpy as np
 from . import capture, counters, creation
 from . import expr as _expr
 from . import layout as L
-from .backends import backend_for, launch_for
+from .backends import backend_for, device_backend, launch_for
 from .expr import (
     COMPLEX,
     MAPPER,
@@ -87,8 +87,8 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
             capture.ACTIVE.add(p.fn, p.args, p.storage, tally=(p.device, "fused"))
         return
     maybe_elementwise = e.kind != COMPLEX
-    if (maybe_elementwise and type(e) is not Scalar and type(dst) is Tensor
-            and capture.ACTIVE is None and not counters.DEBUG):
+    if maybe_elementwise and type(e) is not Scalar and type(dst) is Tensor \
+            and not counters.DEBUG:
         try:  # the common case: purely elementwise
             return _run_statement(dst, e, saver, prepare)
         except NotElementwise:
@@ -129,19 +129,33 @@ def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
     launch = _STATEMENT_LAUNCHES.get(key)
     if launch is None:
         _check(dst, e, saver)
-        launch = _new_launch(key, dst, leaves, saver)
+        launch = _keep(_STATEMENT_LAUNCHES, key, launch_for(
+            device_backend(dst.device), statement_plan(key), dst, leaves, saver))
     dst.storage.before_write()
-    call = launch.run([dst, *leaves], scalars)
+    operands = [dst, *leaves]
+    call = launch.run(operands, scalars)
+    if capture.ACTIVE is not None:
+        _record(call, launch, operands, scalars, [dst])
     if prepare and call is not None and e.kind == MAPPER:
         e.prepared = Prepared(dst, saver, *call)
 
 
-def _new_launch(key: tuple, dst, leaves, saver: str):
-    if len(_STATEMENT_LAUNCHES) > 4096:
-        _STATEMENT_LAUNCHES.clear()  # bounded, whatever the program does
-    launch = launch_for(backend_for(dst.device), statement_plan(key), dst, leaves, saver)
-    _STATEMENT_LAUNCHES[key] = launch
+def _keep(table: dict, key, launch):
+    """``table[key] = launch``; the table is bounded, whatever the program does."""
+    if len(table) > 4096:
+        table.clear()
+    table[key] = launch
     return launch
+
+
+def _record(call, launch, operands, scalars, dsts) -> None:
+    """Add a launch's run to the capture: its ready call, or the run itself when it has
+    none (a private copy, an evaluator that plans each time; the run counts itself)."""
+    storages = [d.storage for d in dsts]
+    if call is None:
+        capture.ACTIVE.add(launch.run, (operands, scalars), *storages)
+    else:
+        capture.ACTIVE.add(*call, *storages, tally=(dsts[0].device.type, "fused"))
 
 
 def forget_launches() -> None:
@@ -162,33 +176,16 @@ def assign_all(statements) -> None:
     a grouped kernel, they run one at a time. The result is the same either way.
     """
     items = [(dst, as_exp(e), rest[0] if rest else "=") for dst, e, *rest in statements]
-    if not items:
-        return
-    if len(items) > 1 and capture.ACTIVE is None and not counters.DEBUG and all(
+    if len(items) > 1 and not counters.DEBUG and all(
             type(dst) is Tensor and type(e) is not Scalar and e.kind != COMPLEX
             for dst, e, _ in items):
         try:
-            grouped = _run_group(items)
+            if _run_group(items):
+                return
         except NotElementwise:  # a dot or reduction: its own kernel, one at a time
-            grouped = False
-        if not grouped:
-            for dst, e, saver in items:
-                assign(dst, e, saver)
-        return
-    for dst, e, saver in items:
+            pass
+    for dst, e, saver in items:  # every statement checked before any runs
         _check(dst, e, saver)
-    shape, device = items[0][0].shape, items[0][0].device
-    run_group = getattr(backend_for(device), "elementwise_group", None)
-    if len(items) > 1 and run_group is not None and not counters.DEBUG and all(
-            dst.shape == shape and dst.device == device for dst, _, _ in items):
-        for dst, _, _ in items:  # first, so that the plans see what this realizes
-            dst.storage.before_write()
-        try:
-            plans = [make_plan(e, dst.ndim) for dst, e, _ in items]
-        except NotElementwise:  # a dot or reduction: its own kernel, one at a time
-            plans = None
-        if plans and run_group([d for d, _, _ in items], plans, [s for _, _, s in items]):
-            return
     for dst, e, saver in items:
         assign(dst, e, saver)
 
@@ -220,24 +217,25 @@ def _run_group(items) -> bool:
         leaves += own_leaves
         scalars += values
     key = (*keys, tuple(shared), tuple([dst_of.get(id(t.storage), -1) for t in leaves]))
+    dsts = [dst for dst, _, _ in items]
     launch = _GROUP_LAUNCHES.get(key, False)
     if launch is False:
         for dst, e, saver in items:
             _check(dst, e, saver)
-        if len(_GROUP_LAUNCHES) > 4096:
-            _GROUP_LAUNCHES.clear()
-        launch = _GROUP_LAUNCHES[key] = _new_group_launch(items, keys, leaves)
+        launch = _keep(_GROUP_LAUNCHES, key, _new_group_launch(items, dsts, keys, leaves))
     if launch is None:
         return False
-    launch.run([*[dst for dst, _, _ in items], *leaves], scalars)
+    operands = [*dsts, *leaves]
+    call = launch.run(operands, scalars)
+    if capture.ACTIVE is not None:
+        _record(call, launch, operands, scalars, dsts)
     return True
 
 
-def _new_group_launch(items, keys, leaves):
-    dsts = [dst for dst, _, _ in items]
+def _new_group_launch(items, dsts, keys, leaves):
     if any(d.shape != dsts[0].shape or d.device != dsts[0].device for d in dsts):
         return None
-    make = getattr(backend_for(dsts[0].device), "group_launch", None)
+    make = getattr(device_backend(dsts[0].device), "group_launch", None)
     if make is None:  # an evaluator without grouped kernels
         return None
     return make(dsts, [statement_plan(k) for k in keys], leaves, [s for _, _, s in items])
