@@ -103,7 +103,7 @@ from . import codegen as C
 from . import dtypes
 from . import layout as L
 from .backends import EvaluatorLaunch
-from .counters import count
+from .counters import _COUNTS, count
 from .cpu_numpy import NumpyBackend, overlaps
 from .ops import OPS
 from .plan import make_plan
@@ -735,32 +735,74 @@ class Launch:
     the scalars' values are appended at the call. A training step repeats its
     statements with new tensors of the same layouts, so each statement finds
     its launch with one dict lookup and only fills in the arrays.
+
+    ``run(operands, scalars)`` (dsts first, then leaves) calls the kernel and
+    returns ``(function, args)`` that repeat the call, or None if an operand
+    was read through a private copy (repeating the args would read it stale).
     """
 
-    __slots__ = ("kernel", "may_parallel", "template", "holes", "copies")
+    __slots__ = ("kernel", "may_parallel", "template", "holes", "run")
 
-    def __init__(self, kernel, may_parallel: bool, template: list, holes: tuple,
-                 copies: bool):
+    def __init__(self, kernel, may_parallel: bool, template: list, holes: tuple):
         self.kernel = kernel                # the module with ``serial`` and ``parallel``
         self.may_parallel = may_parallel    # enough work for prange (if threads > 1 then)
         self.template = template
         self.holes = holes                  # (argument index, operand index, private copy?)
-        self.copies = copies                # an operand is copied: repeating args is stale
+        copies = any(copy for _, _, copy in holes)
+        self.run = self._run_with_copies if copies else _runner(self)
 
-    def run(self, operands, scalars):
-        """Call the kernel for ``operands`` (dsts first, then leaves); return
-        ``(function, args)`` that repeat the call, or None if a copy was read."""
+    def kernel_function(self):
+        kernel = self.kernel
+        return kernel.parallel if self.may_parallel and numba.get_num_threads() > 1 \
+            else kernel.serial
+
+    def _run_with_copies(self, operands, scalars) -> None:
         count("cpu", "fused")
         args = self.template.copy()
         for at, k, copy in self.holes:
             t = operands[k]
             args[at] = _private_copy(t) if copy else t.storage.data
-        args += scalars
-        kernel = self.kernel
-        fn = kernel.parallel if self.may_parallel and numba.get_num_threads() > 1 \
-            else kernel.serial
-        fn(*args)
-        return None if self.copies else (fn, args)
+        self.kernel_function()(*args, *scalars)
+
+
+def _runner(launch: Launch):
+    """``launch.run`` as straight-line code: each array read from its operand, the
+    template's numbers from the closure. At 1e3 elements a loop over the holes
+    would cost about as much as the kernel call itself.
+
+    The code depends only on where the holes are, so it is compiled once per
+    such pattern and bound to each launch's numbers.
+    """
+    arrays = {at: k for at, k, _ in launch.holes}
+    pattern = (len(launch.template), tuple(arrays.items()), launch.may_parallel)
+    bind = _RUNNER_FACTORIES.get(pattern)
+    if bind is None:
+        bind = _RUNNER_FACTORIES[pattern] = _runner_factory(*pattern)
+    numbers = [x for at, x in enumerate(launch.template) if at not in arrays]
+    return bind(_COUNTS, ("cpu", "fused"), launch.kernel.serial, launch.kernel_function,
+                numbers)
+
+
+_RUNNER_FACTORIES: dict[tuple, object] = {}
+
+
+def _runner_factory(length: int, arrays: tuple, may_parallel: bool):
+    arrays = dict(arrays)
+    numbers = [f"c{at}" for at in range(length) if at not in arrays]
+    args = "".join(f"operands[{arrays[at]}].storage.data, " if at in arrays else f"c{at}, "
+                   for at in range(length))
+    source = (f"def bind(counts, KEY, serial, kernel_function, numbers):\n"
+              f"    ({''.join(n + ', ' for n in numbers)}) = numbers\n"
+              f"    def run(operands, scalars):\n"
+              f"        counts[KEY] = counts.get(KEY, 0) + 1\n"
+              f"        args = ({args}*scalars)\n"
+              f"        fn = {'kernel_function()' if may_parallel else 'serial'}\n"
+              f"        fn(*args)\n"
+              f"        return fn, args\n"
+              f"    return run\n")
+    namespace: dict = {}
+    exec(compile(source, "<minitorch_exp launch>", "exec"), namespace)
+    return namespace["bind"]
 
 
 def _no_elements(*args) -> None:
@@ -780,7 +822,7 @@ def _launch(kernel, shape, tails, copies, work: int) -> Launch:
             template += [None, *tail]
     if 0 in shape:
         kernel = _NO_ELEMENTS
-    return Launch(kernel, work >= PARALLEL_MIN, template, tuple(holes), True in copies)
+    return Launch(kernel, work >= PARALLEL_MIN, template, tuple(holes))
 
 
 _LAUNCHES: dict[tuple, Launch | None] = {}

@@ -51,20 +51,18 @@ SAVERS = ("=", "+=", "-=", "*=", "/=")
 class Prepared:
     """One assignment's kernel call with every argument bound, kept on its expression.
 
-    Assigning the same expression into the same place again (``w[...] = e`` in a
-    loop, with ``e`` built once) replays the call: no checks, no plan lookup,
+    Assigning the same expression into the same tensor again (``w[...] = e`` in
+    a loop, with ``e`` built once) replays the call: no checks, no plan lookup,
     no argument marshalling. It is valid while nothing that decided the call can
     have changed: the destination, the saver and ``expr.EPOCH`` (which also moves
     when the CPU evaluator is switched). Tensors are immutable views, so the
     leaves and their layouts cannot change.
     """
 
-    __slots__ = ("storage", "layout", "saver", "epoch", "device", "fn", "args")
+    __slots__ = ("dst", "saver", "epoch", "fn", "args")
 
     def __init__(self, dst, saver, fn, args):
-        self.storage = dst.storage
-        self.layout = dst.layout
-        self.device = dst.device.type
+        self.dst = dst
         self.saver = saver
         self.epoch = _expr.EPOCH
         self.fn = fn
@@ -78,13 +76,13 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
     so no prepared call is kept (it would only hold the temporary alive).
     """
     p = e.prepared
-    if (p is not None and p.storage is dst.storage and p.saver == saver
-            and p.epoch == _expr.EPOCH and p.layout == dst.layout and not counters.DEBUG):
-        p.storage.before_write()
-        counters.count(p.device, "fused")
+    if (p is not None and p.dst is dst and p.saver == saver and p.epoch == _expr.EPOCH
+            and not counters.DEBUG):
+        dst.storage.before_write()
+        counters.count(dst.device.type, "fused")
         p.fn(*p.args)
         if capture.ACTIVE is not None:
-            capture.ACTIVE.add(p.fn, p.args, p.storage, tally=(p.device, "fused"))
+            capture.ACTIVE.add(p.fn, p.args, dst.storage, tally=(dst.device.type, "fused"))
         return
     maybe_elementwise = e.kind != COMPLEX
     if maybe_elementwise and type(e) is not Scalar and type(dst) is Tensor \

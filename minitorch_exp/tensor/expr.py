@@ -29,6 +29,7 @@ from . import dtypes
 from .device import CPU
 from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_shape
 from .ops import OPS, OpDef
+from .tokens import TREE, TreeToken, leaf_tokens
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
 
@@ -332,24 +333,49 @@ class Map(Exp):
     node was evaluated to, so a value shared by several trees is computed once.
     """
 
-    __slots__ = ("op", "args", "realized", "prepared")
+    __slots__ = ("op", "args", "realized", "prepared", "token", "leaves", "scalars", "epoch")
 
     def __init__(self, op: OpDef, args: tuple[Exp, ...]):
         self.op = op
         self.args = args
         self.realized = self.prepared = None
-        # Build-time checks, memoized on what they depend on: shapes, dtypes, devices
-        # and the *types* of scalars. A training loop pays one dict lookup per op.
+        # Build-time checks, memoized on the operands' tokens (tokens.py): a training
+        # loop pays one dict lookup per op. The same loop gathers the tree's leaves
+        # and scalar values, so a statement needs no walk (``plan.statement_key``).
         sig = (op.name, op.result)
-        for a in args:  # a scalar adds its type; a tensor or tree its shape, dtype, device
-            sig += (type(a.value),) if type(a) is Scalar else (a.shape, a.dtype, a.device)
+        leaves = scalars = ()
+        whole = True  # leaves and scalars hold the whole tree, as the walk would see it
+        for a in args:
+            if type(a) is Scalar:
+                scalars += (a.value,)
+                sig += (type(a.value),)
+                continue
+            if a.kind != RVALUE:
+                if a.realized is None:
+                    if type(a) is Map:
+                        sig += (a.token,)
+                        if a.leaves is None or a.epoch != EPOCH:  # a node below was realized
+                            whole = False
+                        else:
+                            leaves += a.leaves
+                            scalars += a.scalars
+                    else:  # a cast, or not elementwise
+                        whole = False
+                        sig += ((a.shape, a.dtype, a.device),)
+                    continue
+                a = a.realized  # computed before: read the remembered tensor
+            leaves += (a,)
+            sig += ((a._leaf_tokens or leaf_tokens(a))[TREE],)
         info = _MAP_INFO.get(sig)
         if info is None:
             if len(_MAP_INFO) > 50_000:
                 _MAP_INFO.clear()  # a bounded memo, not a leak, whatever the program does
             info = _MAP_INFO[sig] = (_check_shapes(op.name, args), _map_dtype(op, args),
-                                     _check_devices(op.name, args))
-        self.shape, self.dtype, self.device = info
+                                     _check_devices(op.name, args), _tree_token(sig))
+        self.shape, self.dtype, self.device, self.token = info
+        self.leaves = leaves if whole and len(leaves) <= MAX_GATHERED_LEAVES else None
+        self.scalars = scalars
+        self.epoch = EPOCH
 
     def children(self):
         return self.args
@@ -520,6 +546,22 @@ def operand_str(e) -> str:
 _WEAK_STANDIN = {float: 1.0, int: 1, bool: True}
 _MAP_INFO: dict[tuple, tuple] = {}
 _MAP_DTYPES: dict[tuple, np.dtype] = {}
+
+#: A map gathers at most this many leaves; a bigger tree is walked when assigned.
+MAX_GATHERED_LEAVES = 32
+
+
+def _tree_token(sig: tuple) -> TreeToken:
+    """The token of a map with signature ``sig`` (op name, result rule, operand tokens)."""
+    plan_tokens: tuple | None = ()
+    for tok in sig[2:]:
+        if type(tok) is type:  # a scalar
+            plan_tokens += (tok,)
+        elif type(tok) is TreeToken and tok.plan_tokens is not None:
+            plan_tokens += tok.plan_tokens
+        else:  # not elementwise
+            return TreeToken(None)
+    return TreeToken((*plan_tokens, sig[0]))
 
 
 def _map_dtype(op: OpDef, args) -> np.dtype:

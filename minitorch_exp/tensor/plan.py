@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import expr as _expr
 from .expr import RVALUE, Cast, Exp, Map, Scalar, new_epoch
 from .ops import OPS
+from .tokens import NOT_DST, LeafToken, TreeToken, leaf_tokens
 
 
 @dataclass(frozen=True)
@@ -86,10 +88,9 @@ def _walk(operands, leaves: list, scalars: list, key: list, memo: dict,
     ``np.dtype``, and a subtree seen before the ``int`` index of its first
     token. The key is all a Plan needs: ``_build`` reads it back.
 
-    A fresh statement pays this walk on every assignment, so it is lean:
-    leaves and scalars are handled in the loop, without a call each, and a
-    tensor used twice is two leaves (the kernel loads it twice, which costs
-    less than a memo lookup per leaf on every statement).
+    Leaves and scalars are handled in the loop, without a call each, and a
+    tensor used twice is two leaves (the kernel loads it twice), as a map
+    gathers them when it is built (``expr.Map``).
 
     Given dst's ``storage`` (a statement key, see ``statement_key``) a tensor's
     token is its ``LeafToken`` instead: its dtype, its layout, and whether it
@@ -156,20 +157,30 @@ def _plan(key: tuple) -> Plan:
     return plan
 
 
-def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, list, list]:
+def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, tuple, tuple]:
     """``(key, leaf tensors, scalar_values)`` of the assignment ``dst (saver)= e``.
 
-    The key holds the plan key's tokens with each leaf's ``LeafToken``, the
-    tree's device, and dst's own token, device and saver: everything that
-    decides the kernel call, short of the arrays and the scalars' values. A
-    training loop builds each statement afresh but with the same key, so the
-    engine keeps the call it worked out per key and reaches it from this walk
-    alone.
+    The key holds dst's leaf token, device and saver, the tree's structure and
+    each leaf's ``LeafToken``: everything that decides the kernel call, short
+    of the arrays and the scalars' values. A training loop builds each
+    statement afresh but with the same key, so the engine keeps the call it
+    worked out per key and reaches it from this key alone.
+
+    A map gathered its leaves and scalars when it was built (``expr.Map``); its
+    key is then its ``TreeToken`` and one token per leaf, with no walk. A tree
+    that could not gather them (a node in it realized since, a cast, a very
+    big tree) is walked: its key spells the structure out token by token.
     """
+    storage = dst.storage
+    head = (saver, (dst._leaf_tokens or leaf_tokens(dst))[NOT_DST], dst.device)
+    if type(e) is Map and e.leaves is not None and e.epoch == _expr.EPOCH \
+            and e.realized is None:
+        return (*head, e.token, *[(t._leaf_tokens or leaf_tokens(t))[t.storage is storage]
+                                  for t in e.leaves]), e.leaves, e.scalars
     leaves: list = []
     scalars: list = []
-    key: list = [saver, (dst._leaf_tokens or leaf_tokens(dst))[0], dst.device, e.device]
-    _walk_root(e, leaves, scalars, key, dst.storage)
+    key: list = [*head, e.device]
+    _walk_root(e, leaves, scalars, key, storage)
     return tuple(key), leaves, scalars
 
 
@@ -178,48 +189,13 @@ _STATEMENT_HEAD = 4  # how many of a statement key's items come before its token
 
 def statement_plan(key: tuple) -> Plan:
     """The Plan of a ``statement_key``: its tokens without layouts."""
-    tokens = key[_STATEMENT_HEAD:]
+    ndim = key[1].ndim
+    if type(key[3]) is TreeToken:
+        return _plan((ndim, *key[3].plan_tokens))
     back = _STATEMENT_HEAD - 1  # a repeat token indexes the key; the plan key has one head item
-    return _plan((key[1].ndim, *[
+    return _plan((ndim, *[
         (tok.char, tok.ndim) if type(tok) is LeafToken else
-        tok - back if type(tok) is int else tok for tok in tokens]))
-
-
-class LeafToken:
-    """A tensor's part of a statement key: its dtype char, its layout, and whether
-    it is dst's storage. Interned (``leaf_tokens``), so a key hashes and compares
-    it by identity: a statement's lookup costs no layout hashing."""
-
-    __slots__ = ("char", "layout", "is_dst_storage")
-
-    def __init__(self, char: str, layout, is_dst_storage: bool):
-        self.char, self.layout, self.is_dst_storage = char, layout, is_dst_storage
-
-    @property
-    def ndim(self) -> int:
-        return len(self.layout.shape)
-
-    def __repr__(self) -> str:
-        return f"LeafToken({self.char!r}, {self.layout}, {self.is_dst_storage})"
-
-
-_LEAF_TOKENS: dict[tuple, LeafToken] = {}
-
-
-def leaf_tokens(t) -> tuple[LeafToken, LeafToken]:
-    """The tensor ``t``'s two tokens (not dst's storage, dst's storage), interned and
-    remembered on ``t`` (a Tensor is an immutable view)."""
-    if len(_LEAF_TOKENS) > 1 << 16:
-        _LEAF_TOKENS.clear()  # bounded; tokens already handed out stay valid
-    pair = []
-    for shares in (False, True):
-        facts = (t.dtype.char, t.layout, shares)
-        token = _LEAF_TOKENS.get(facts)
-        if token is None:
-            token = _LEAF_TOKENS[facts] = LeafToken(*facts)
-        pair.append(token)
-    t._leaf_tokens = tokens = tuple(pair)
-    return tokens
+        tok - back if type(tok) is int else tok for tok in key[_STATEMENT_HEAD:]]))
 
 
 def _build(key: tuple) -> Plan:

@@ -35,7 +35,7 @@ class Tensor(Exp):
         self.dtype = dtype
         self.device = device
         self._array = None
-        self._leaf_tokens = None  # plan.leaf_tokens, made when a statement first reads it
+        self._leaf_tokens = None  # tokens.leaf_tokens, made when a map or statement first reads it
 
     @classmethod
     def meta(cls, shape, dtype) -> Tensor:

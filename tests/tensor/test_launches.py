@@ -1,12 +1,15 @@
-"""Kept launches: a statement built afresh reaches its kernel call through one walk.
+"""Kept launches: a statement built afresh reaches its kernel call through its key.
 
 The engine keeps each statement's launch (kernel and argument template) under
 a key of its structure, its leaves' layouts and which leaves share dst's
-storage (``plan.statement_key``). A hit skips planning and loop layout, so
-every test here asks whether a hit is still *right*: the arrays and scalar
-values of this statement are read, not the first one's; a statement that
-differs in anything the call depends on (layout, aliasing, saver, dtype) gets
-its own launch; and switching the evaluator or dropping a user op forgets them.
+storage (``plan.statement_key``). A map gathers its tree's leaves and scalars
+as it is built, so the key needs no walk. A hit skips planning and loop
+layout, so every test here asks whether a hit is still *right*: the arrays and
+scalar values of this statement are read, not the first one's; a statement
+that differs in anything the call depends on (layout, aliasing, saver, dtype)
+gets its own launch; a tree that changed since it gathered (a node realized)
+is walked instead; and switching the evaluator or dropping a user op forgets
+the launches.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from minitorch_exp.tensor import (
 from minitorch_exp.tensor import (
     assign_all as mt_assign_all,
 )
+from minitorch_exp.tensor.engine import realize
+from minitorch_exp.tensor.expr import MAX_GATHERED_LEAVES
 
 from .strategies import arrays, broadcastable_to, shapes
 
@@ -66,11 +71,56 @@ def test_the_key_holds_layouts_and_aliasing_but_no_values():
     a, b = from_numpy(np.arange(6.0)), from_numpy(np.ones(6))
     key, leaves, scalars = plan.statement_key(a, 2.0 * b + a, "=")
     key2, _, scalars2 = plan.statement_key(a, 3.0 * b + a, "=")
-    assert key == key2 and scalars == [2.0] and scalars2 == [3.0]
+    assert key == key2 and list(scalars) == [2.0] and list(scalars2) == [3.0]
     assert [t is s for t, s in zip(leaves, [b, a])] == [True, True]
     assert plan.statement_key(a, 2.0 * b[::-1] + a, "=")[0] != key  # another layout
     assert plan.statement_key(b, 2.0 * b + a, "=")[0] != key  # another leaf is dst
     assert plan.statement_key(a, 2.0 * b + a, "+=")[0] != key  # another saver
+
+
+def test_a_map_gathers_its_leaves_and_scalars_and_one_structure_has_one_token():
+    a, b = from_numpy(np.arange(6.0)), from_numpy(np.ones(6))
+    e = 2.0 * b + a
+    assert [t is s for t, s in zip(e.leaves, [b, a])] == [True, True]
+    assert e.scalars == (2.0,)
+    assert (3.0 * b + a).token is e.token  # scalar values are not structure
+    assert (2.0 * a + b).token is e.token  # nor which tensors of that shape
+    assert (2.0 * b - a).token is not e.token
+    assert (2.0 * b + a.astype("float32")).token is not e.token
+    assert (2 * b[:3] + a[:3]).token is not e.token  # another shape, scalar type
+
+
+def test_a_node_realized_after_its_parent_was_built_is_read_as_realized():
+    """The parent gathered the node's leaves; once the node is realized the statement
+    must read the remembered tensor, as the walk does -- not recompute it."""
+    x, y, out = from_numpy(np.arange(4.0)), from_numpy(np.ones(4)), from_numpy(np.zeros(4))
+    inner = x * 2
+    outer = inner + y
+    realize(inner)
+    x.numpy()[...] = 100.0  # not seen by the realized inner
+    out[...] = outer
+    np.testing.assert_array_equal(out.numpy(), np.arange(4.0) * 2 + 1)
+    later = inner * 3  # built after: gathers the realized tensor as a leaf
+    assert later.leaves[0] is inner.realized
+    out[...] = later
+    np.testing.assert_array_equal(out.numpy(), np.arange(4.0) * 6)
+    above = outer * 1.0  # built after, over a tree that gathered before the realize
+    out[...] = above
+    np.testing.assert_array_equal(out.numpy(), np.arange(4.0) * 2 + 1)
+
+
+@pytest.mark.parametrize("build", [
+    lambda x, y: (s := x * y) + s * 2,  # a subtree used twice
+    lambda x, y: x.astype("float32").astype("float64") + y,  # a cast: walked
+    lambda x, y: sum((x * float(k) for k in range(MAX_GATHERED_LEAVES)), y),  # too big
+])
+def test_shared_cast_and_big_trees_give_numpys_values(build):
+    rng = np.random.default_rng(3)
+    xa, ya = rng.standard_normal(5), rng.standard_normal(5)
+    x, y, out = from_numpy(xa), from_numpy(ya), from_numpy(np.zeros(5))
+    for _ in range(2):  # the first time makes the launch, the second reuses it
+        out[...] = build(x, y)
+        np.testing.assert_allclose(out.numpy(), build(xa, ya), rtol=1e-6)
 
 
 def test_a_leaf_that_stops_aliasing_dst_gets_its_own_launch():
