@@ -259,7 +259,8 @@ class CudaBackend:
 
     def elementwise(self, plan, dst, leaves, scalars, saver: str):
         """Launch the Plan's kernel; return ``(kernel, launch args)`` that repeat exactly
-        this launch (engine.Prepared), or None when a leaf was read through a copy."""
+        this launch (a prepared assignment, engine.py), or None when a leaf was read
+        through a copy."""
         count("cuda", "fused")
         n = dst.numel()
         if n == 0:

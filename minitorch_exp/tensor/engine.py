@@ -13,7 +13,7 @@ This is where laziness ends. The engine
 Which code runs that pass depends on the device's backend (``backends.py``).
 
 Two memos make repeated statements cheap. An expression assigned again into
-the same place replays its bound call (``Prepared``). A statement built
+the same place replays its bound call (``e.prepared``). A statement built
 afresh with the same structure, layouts and aliasing as an earlier one -- a
 training loop's every step -- finds that one's launch under its statement key
 (``plan.statement_key``) and only fills in its arrays and scalars;
@@ -48,25 +48,15 @@ from .tensor import Tensor
 SAVERS = ("=", "+=", "-=", "*=", "/=")
 
 
-class Prepared:
-    """One assignment's kernel call with every argument bound, kept on its expression.
-
-    Assigning the same expression into the same tensor again (``w[...] = e`` in
-    a loop, with ``e`` built once) replays the call: no checks, no plan lookup,
-    no argument marshalling. It is valid while nothing that decided the call can
-    have changed: the destination, the saver and ``expr.EPOCH`` (which also moves
-    when the CPU evaluator is switched). Tensors are immutable views, so the
-    leaves and their layouts cannot change.
-    """
-
-    __slots__ = ("dst", "saver", "epoch", "fn", "args")
-
-    def __init__(self, dst, saver, fn, args):
-        self.dst = dst
-        self.saver = saver
-        self.epoch = _expr.EPOCH
-        self.fn = fn
-        self.args = args
+# A *prepared* assignment, kept on its expression as ``e.prepared``: the tuple
+# ``(dst, saver, epoch, fn, args)``, one kernel call with every argument bound.
+# Assigning the same expression into the same tensor again (``w[...] = e`` in a
+# loop, with ``e`` built once) replays ``fn(*args)``: no checks, no plan lookup,
+# no argument marshalling. It is valid while nothing that decided the call can
+# have changed: the destination, the saver and ``expr.EPOCH`` (which also moves
+# when the CPU evaluator is switched). Tensors are immutable views, so the
+# leaves and their layouts cannot change. (A tuple: a statement built afresh
+# every step makes one per assignment and never replays it.)
 
 
 def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
@@ -76,13 +66,14 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
     so no prepared call is kept (it would only hold the temporary alive).
     """
     p = e.prepared
-    if (p is not None and p.dst is dst and p.saver == saver and p.epoch == _expr.EPOCH
+    if (p is not None and p[0] is dst and p[1] == saver and p[2] == _expr.EPOCH
             and not counters.DEBUG):
+        fn, args = p[3], p[4]
         dst.storage.before_write()
         counters.count(dst.device.type, "fused")
-        p.fn(*p.args)
+        fn(*args)
         if capture.ACTIVE is not None:
-            capture.ACTIVE.add(p.fn, p.args, dst.storage, tally=(dst.device.type, "fused"))
+            capture.ACTIVE.add(fn, args, dst.storage, tally=(dst.device.type, "fused"))
         return
     maybe_elementwise = e.kind != COMPLEX
     if maybe_elementwise and type(e) is not Scalar and type(dst) is Tensor \
@@ -135,7 +126,7 @@ def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
     if capture.ACTIVE is not None:
         _record(call, launch, operands, scalars, [dst])
     if prepare and call is not None and e.kind == MAPPER:
-        e.prepared = Prepared(dst, saver, *call)
+        e.prepared = (dst, saver, _expr.EPOCH, *call)
 
 
 def _keep(table: dict, key, launch):
@@ -258,7 +249,7 @@ def _dispatch(dst, e: Exp, saver: str, planned=None, prepare: bool = False) -> N
         plan, leaves, scalars = planned or make_plan(e, dst.ndim)
         call = backend.elementwise(plan, dst, leaves, scalars, saver)
         if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
-            e.prepared = Prepared(dst, saver, *call)
+            e.prepared = (dst, saver, _expr.EPOCH, *call)
     elif type(e) is Dot:
         backend.dot(dst, e.a, e.b, saver)
     elif type(e) is Reduce:

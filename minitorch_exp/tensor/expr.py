@@ -61,7 +61,8 @@ def _operator(name: str, reflected: bool = False):
 
     def method(self, other):
         if type(other) in _WEAK_STANDIN:
-            other = Scalar(other)
+            scalar = _SCALARS.get((type(other), other))
+            other = scalar if scalar is not None else Scalar.interned(other)
         elif not isinstance(other, Exp):
             return binary(name, other, self) if reflected else binary(name, self, other)
         return Map(op, (other, self) if reflected else (self, other))
@@ -316,6 +317,18 @@ class Scalar(Exp):
         self.value = value
         self.dtype = self._DEFAULT_DTYPES.get(type(value)) or dtypes.result_type(value)
 
+    @staticmethod
+    def interned(value) -> Scalar:
+        """``Scalar(value)``, shared by every operator that meets the same number (a
+        scalar is immutable): a training loop's constants are made once. Zeros are
+        not shared, since ``-0.0 == 0.0``."""
+        scalar = Scalar(value)
+        if value:
+            if len(_SCALARS) > 4096:
+                _SCALARS.clear()
+            _SCALARS[type(value), value] = scalar
+        return scalar
+
     def _view(self, fn, what):
         return self
 
@@ -544,6 +557,7 @@ def operand_str(e) -> str:
 
 
 _WEAK_STANDIN = {float: 1.0, int: 1, bool: True}
+_SCALARS: dict[tuple, Scalar] = {}  # (type, value) -> Scalar (see Scalar.interned)
 _MAP_INFO: dict[tuple, tuple] = {}
 _MAP_DTYPES: dict[tuple, np.dtype] = {}
 

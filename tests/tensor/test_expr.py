@@ -245,6 +245,19 @@ def test_weak_scalar_examples():
     assert (i32 / 2).dtype == (np.ones(2, np.int32) / 2).dtype
 
 
+def test_shared_scalars_keep_their_type_and_sign():
+    """Operators share one Scalar per (type, value); 1, 1.0 and True stay apart, and a
+    zero is never shared, so -0.0 keeps its sign."""
+    f32 = from_numpy(np.ones(2, np.float32))
+    i32 = from_numpy(np.ones(2, np.int32))
+    for make in (lambda: i32 * 1, lambda: i32 * 1.0, lambda: i32 * True):
+        make()  # the first of each type is interned
+    assert [(i32 * s).dtype for s in (1, 1.0, True)] == \
+        [(np.ones(2, np.int32) * s).dtype for s in (1, 1.0, True)]
+    np.testing.assert_array_equal(np.signbit((f32 * 0.0).numpy()), [False, False])
+    np.testing.assert_array_equal(np.signbit((f32 * -0.0).numpy()), [True, True])
+
+
 def test_float_defaults_for_python_data():
     assert tensor([1.5, 2.0]).dtype == np.float32
     assert tensor(0.5).dtype == np.float32
