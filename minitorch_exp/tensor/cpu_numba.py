@@ -190,7 +190,8 @@ def _elementwise_function(name, plans, ndim, savers, kinds, dst_dtypes, parallel
 
 
 def _element_body(plans, savers, dst_dtypes, outs, ins, prefixes, kind_of, at) -> list[str]:
-    """What one element does: each statement loads its leaves, computes and stores.
+    """What one element does: each statement loads its leaves and computes; then
+    every statement's result is stored.
 
     ``at`` is each array's position expression. A ``d<j>`` operand is the element
     dst ``j`` is at: read from there, or from the local an earlier statement stored.
@@ -200,6 +201,7 @@ def _element_body(plans, savers, dst_dtypes, outs, ins, prefixes, kind_of, at) -
     home = [_same_dst(kind_of[out], j) for j, out in enumerate(outs)]
     body = [f"{spots[j]} = np.uint64({at[out]})" for j, out in enumerate(outs) if home[j] == j]
     stored: dict[int, str] = {}  # dst j -> the local last stored there
+    stores = []
     for k, plan in enumerate(plans):
         for i, arr in enumerate(ins[k]):
             kind = kind_of[arr]
@@ -212,12 +214,17 @@ def _element_body(plans, savers, dst_dtypes, outs, ins, prefixes, kind_of, at) -
         target = f"{outs[j]}[{spots[j]}]"
         rendered, value = _body_and_value(plan, savers[k], dst_dtypes[k], prefixes[k],
                                           stored.get(j, target))
+        body += rendered
         if one:
-            body += rendered + [f"{target} = {value}"]
+            stores.append(f"{target} = {value}")
         else:  # keep what is stored in a local: later statements read it from there
             stored[j] = f"{prefixes[k]}r"
-            body += rendered + [f"{stored[j]} = {value}", f"{target} = {stored[j]}"]
-    return body
+            body.append(f"{stored[j]} = {value}")
+            stores.append(f"{target} = {stored[j]}")
+    # Every store comes after every load: a load after a store to an array the
+    # compiler cannot prove distinct has to wait for it (measured: Adam's three
+    # statements 1.2x slower per element with each store right after its statement).
+    return body + stores
 
 
 def _same_dst(kind: str, default):

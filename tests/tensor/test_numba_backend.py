@@ -431,6 +431,27 @@ def test_kernel_source_is_readable():
     compile(reduce_src, "<reduce>", "exec")
 
 
+def test_a_group_kernel_stores_after_every_load():
+    """Adam's three statements in one loop: each reads what the ones before stored
+    from a local, so every store can wait until every array has been read (a load
+    after a store that might alias it would have to wait for the store)."""
+    w, m, v, g = (mt.from_numpy(np.ones(4, np.float32)) for _ in range(4))
+    statements = [(m, 0.9 * m + 0.1 * g), (v, 0.99 * v + 0.01 * g * g),
+                  (w, w - m / (v.sqrt() + 1e-8))]
+    plans, leaves = [], []
+    for _, e in statements:
+        plan, own_leaves, _ = make_plan(e, 1)
+        plans.append(plan)
+        leaves += own_leaves
+    kinds = cpu_numba._plan_group_loops([m, v, w], leaves).kinds
+    src = cpu_numba.group_source(plans, 1, ["="] * 3, kinds, [np.dtype(np.float32)] * 3)
+    body = src[src.index("def serial("):src.index("def parallel(")].splitlines()
+    loads = [k for k, line in enumerate(body) if "= out" in line or "= in" in line]
+    stores = [k for k, line in enumerate(body) if line.strip().startswith("out")]
+    assert len(stores) == 3 and max(loads) < min(stores)
+    compile(src, "<group kernel>", "exec")
+
+
 SCRIPT = textwrap.dedent("""
     import json
     import numpy as np
