@@ -367,8 +367,9 @@ class Map(Exp):
                 if a.realized is None:
                     if type(a) is Map:
                         sig += (a.token,)
-                        if a.leaves is None or a.epoch != EPOCH:  # a node below was realized
-                            whole = False
+                        if a.leaves is None or a.epoch != EPOCH or \
+                                len(a.leaves) + len(leaves) > MAX_GATHERED_LEAVES:
+                            whole = False  # a node below was realized since, or too big
                         else:
                             leaves += a.leaves
                             scalars += a.scalars
@@ -386,7 +387,7 @@ class Map(Exp):
             info = _MAP_INFO[sig] = (_check_shapes(op.name, args), _map_dtype(op, args),
                                      _check_devices(op.name, args), _tree_token(sig))
         self.shape, self.dtype, self.device, self.token = info
-        self.leaves = leaves if whole and len(leaves) <= MAX_GATHERED_LEAVES else None
+        self.leaves = leaves if whole else None
         self.scalars = scalars
         self.epoch = EPOCH
 
