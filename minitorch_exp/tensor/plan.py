@@ -21,6 +21,7 @@ the Plan up. Backends (NumPy blocks, numba, CUDA) hang their compiled form on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -157,7 +158,7 @@ def _plan(key: tuple) -> Plan:
     return plan
 
 
-def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, tuple, tuple]:
+def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, Sequence, Sequence]:
     """``(key, leaf tensors, scalar_values)`` of the assignment ``dst (saver)= e``.
 
     The key holds dst's leaf token, device and saver, the tree's structure and
