@@ -107,6 +107,7 @@ from .counters import _COUNTS, count
 from .cpu_numpy import NumpyBackend, overlaps
 from .ops import OPS
 from .plan import make_plan
+from .tokens import keep
 
 MAX_DIMS = 4
 # Element-operations (elements x (operands + instructions)) from which the
@@ -838,11 +839,7 @@ _LAUNCHES: dict[tuple, Launch | None] = {}
 def _memo(table: dict, key, make):
     """``table[key]``, made by ``make()`` the first time; bounded (cleared past 4096)."""
     found = table.get(key, False)
-    if found is False:
-        if len(table) > 4096:
-            table.clear()
-        found = table[key] = make()
-    return found
+    return keep(table, key, make()) if found is False else found
 
 
 def _elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:

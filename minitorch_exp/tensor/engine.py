@@ -44,6 +44,7 @@ from .expr import (
 )
 from .plan import NotElementwise, make_plan, statement_key, statement_plan
 from .tensor import Tensor
+from .tokens import keep
 
 SAVERS = ("=", "+=", "-=", "*=", "/=")
 
@@ -118,7 +119,7 @@ def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
     launch = _STATEMENT_LAUNCHES.get(key)
     if launch is None:
         _check(dst, e, saver)
-        launch = _keep(_STATEMENT_LAUNCHES, key, launch_for(
+        launch = keep(_STATEMENT_LAUNCHES, key, launch_for(
             device_backend(dst.device), statement_plan(key), dst, leaves, saver))
     dst.storage.before_write()
     operands = [dst, *leaves]
@@ -127,14 +128,6 @@ def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
         _record(call, launch, operands, scalars, [dst])
     if prepare and call is not None and e.kind == MAPPER:
         e.prepared = (dst, saver, _expr.EPOCH, *call)
-
-
-def _keep(table: dict, key, launch):
-    """``table[key] = launch``; the table is bounded, whatever the program does."""
-    if len(table) > 4096:
-        table.clear()
-    table[key] = launch
-    return launch
 
 
 def _record(call, launch, operands, scalars, dsts) -> None:
@@ -211,7 +204,7 @@ def _run_group(items) -> bool:
     if launch is False:
         for dst, e, saver in items:
             _check(dst, e, saver)
-        launch = _keep(_GROUP_LAUNCHES, key, _new_group_launch(items, dsts, keys, leaves))
+        launch = keep(_GROUP_LAUNCHES, key, _new_group_launch(items, dsts, keys, leaves))
     if launch is None:
         return False
     operands = [*dsts, *leaves]

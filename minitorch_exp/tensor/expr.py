@@ -29,7 +29,7 @@ from . import dtypes
 from .device import CPU
 from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_shape
 from .ops import OPS, OpDef
-from .tokens import TREE, TreeToken, leaf_tokens
+from .tokens import TREE, TreeToken, keep, leaf_tokens
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
 
@@ -323,11 +323,7 @@ class Scalar(Exp):
         scalar is immutable): a training loop's constants are made once. Zeros are
         not shared, since ``-0.0 == 0.0``."""
         scalar = Scalar(value)
-        if value:
-            if len(_SCALARS) > 4096:
-                _SCALARS.clear()
-            _SCALARS[type(value), value] = scalar
-        return scalar
+        return keep(_SCALARS, (type(value), value), scalar) if value else scalar
 
     def _view(self, fn, what):
         return self
@@ -363,7 +359,7 @@ class Map(Exp):
                 scalars += (a.value,)
                 sig += (type(a.value),)
                 continue
-            if a.kind != RVALUE:
+            if a.kind != RVALUE:  # nested rather than flat: a tensor operand takes one test
                 if a.realized is None:
                     if type(a) is Map:
                         sig += (a.token,)
@@ -382,10 +378,9 @@ class Map(Exp):
             sig += ((a._leaf_tokens or leaf_tokens(a))[TREE],)
         info = _MAP_INFO.get(sig)
         if info is None:
-            if len(_MAP_INFO) > 50_000:
-                _MAP_INFO.clear()  # a bounded memo, not a leak, whatever the program does
-            info = _MAP_INFO[sig] = (_check_shapes(op.name, args), _map_dtype(op, args),
-                                     _check_devices(op.name, args), _tree_token(sig))
+            info = keep(_MAP_INFO, sig, (_check_shapes(op.name, args), _map_dtype(op, args),
+                                         _check_devices(op.name, args), _tree_token(sig)),
+                        50_000)
         self.shape, self.dtype, self.device, self.token = info
         self.leaves = leaves if whole else None
         self.scalars = scalars
@@ -664,13 +659,9 @@ def apply_op(name: str, *operands) -> Exp:
 
 def binary(name: str, a, b):
     """The operators' path: ``a op b`` with one side an Exp (NotImplemented for others)."""
-    if type(a) in _WEAK_STANDIN:  # the common non-Exp operand first: ``0.1 * w``
-        a = Scalar(a)
-    elif not isinstance(a, Exp):
+    if not isinstance(a, Exp):
         a = _operand(a)
-    if type(b) in _WEAK_STANDIN:
-        b = Scalar(b)
-    elif not isinstance(b, Exp):
+    if not isinstance(b, Exp):
         b = _operand(b)
     if a is None or b is None:
         return NotImplemented
@@ -678,8 +669,6 @@ def binary(name: str, a, b):
 
 
 def _operand(x) -> Exp | None:
-    if type(x) in _WEAK_STANDIN:
-        return Scalar(x)
     try:
         return as_exp(x)
     except TypeError:

@@ -52,17 +52,23 @@ class LeafToken:
         return f"LeafToken({self.char!r}, {self.layout}, {self.is_dst_storage})"
 
 
+def keep(table: dict, key, value, limit: int = 4096):
+    """``table[key] = value``, returning ``value``: the one rule of every memo on the
+    statement path, which is cleared when it holds more than ``limit`` entries -- a
+    bounded memo, not a leak, whatever the program does."""
+    if len(table) > limit:
+        table.clear()
+    table[key] = value
+    return value
+
+
 _INTERNED: dict[tuple, object] = {}
 NOT_DST, DST, TREE = 0, 1, 2  # the positions in a tensor's ``leaf_tokens``
 
 
 def _intern(facts: tuple, make):
     token = _INTERNED.get(facts)
-    if token is None:
-        if len(_INTERNED) > 1 << 16:
-            _INTERNED.clear()
-        token = _INTERNED[facts] = make()
-    return token
+    return keep(_INTERNED, facts, make(), 1 << 16) if token is None else token
 
 
 def leaf_tokens(t) -> tuple[LeafToken, LeafToken, TreeToken]:
