@@ -355,18 +355,19 @@ def memory_table(n: int) -> str:
 # ---- serial/parallel crossover of the numba kernels --------------------------
 
 def threshold_table(min_time) -> Table:
-    """Serial vs prange variant of the seed and Adam-``w`` kernels by size (2 threads).
+    """Serial vs prange variant of the seed and Adam-``w`` kernels by size (2 threads),
+    under this process's numba threading layer (``NUMBA_THREADING_LAYER`` picks it).
 
     Times the backend call alone, so the Python front end does not blur the
-    crossover that ``cpu_numba.PARALLEL_MIN`` encodes.
+    crossover that ``cpu_numba.PARALLEL_MIN_BY_LAYER`` encodes.
     """
     from minitorch_exp.tensor.backends import _cpu_backend
     from minitorch_exp.tensor.plan import make_plan
-    table = Table("numba_parallel_threshold", baseline="serial")
     set_threads(2)
+    import numba
+    table = Table(f"numba_parallel_threshold_{numba.threading_layer()}", baseline="serial")
     backend = _cpu_backend("numba")
-    saved = cpu_numba.PARALLEL_MIN
-    for k in range(14, 25, 2):
+    for k in range(14, 25):
         w, g, m, v = (mt.from_numpy(a) for a in arrays(1 << k, 4))
         kernels = {"seed": -ETA * (g + LAM * w),
                    "adam-w": w - LR * (m / C1) / ((v / C2).sqrt() + EPS)}
@@ -374,9 +375,9 @@ def threshold_table(min_time) -> Table:
             plan, leaves, scalars = make_plan(e, 1)
             step = lambda: backend.elementwise(plan, w, leaves, scalars, "=")  # noqa: B023,E731
             for name, limit in (("serial", 1 << 62), ("parallel", 0)):
-                cpu_numba.PARALLEL_MIN = limit
+                cpu_numba.set_parallel_min(limit)
                 table.add(name, f"{label} 2^{k}", timeit(step, min_time=min_time))
-    cpu_numba.PARALLEL_MIN = saved
+    cpu_numba.set_parallel_min(None)
     return table
 
 
@@ -432,10 +433,11 @@ def threading_child() -> None:
 
     set_threads(2)
     mt.set_cpu_backend("numba")
-    cpu_numba.PARALLEL_MIN = 0
+    cpu_numba.set_parallel_min(0)
     blas = lambda: np.matmul(a, b, out=c)  # noqa: E731
     result = {"kernel": median_time(step), "blas": median_time(blas)}
     result["kernel then blas"] = median_time(lambda: (step(), blas()))
+    result["blas then kernel"] = median_time(lambda: (blas(), step()))
     print(json.dumps(result))
 
 
@@ -444,8 +446,9 @@ def threading_table() -> Table:
     import json
     import os
     import subprocess
-    table = Table("numba_threading_layer", baseline="workqueue: kernel then blas")
-    setups = {"workqueue": ("workqueue", "300000"),  # GOMP_SPINCOUNT: libgomp's default
+    table = Table("numba_threading_layer", baseline="tbb: kernel then blas")
+    setups = {"tbb": ("tbb", "300000"),  # GOMP_SPINCOUNT: libgomp's default
+              "workqueue": ("workqueue", "300000"),
               "omp": ("omp", "300000"), "omp, GOMP_SPINCOUNT=1000": ("omp", "1000")}
     for label, (layer, spin) in setups.items():
         env = dict(os.environ, NUMBA_THREADING_LAYER=layer, GOMP_SPINCOUNT=spin)

@@ -16,17 +16,43 @@ from . import capture
 
 
 def _default_numba_threading_layer() -> None:
-    """workqueue for numba's threads unless the environment names a layer (the
-    ``cpu_numba`` docstring says why). Done at import, without importing numba:
-    numba fixes the layer when its threads first start, which a call to
-    ``numba.set_num_threads`` does before any kernel of ours runs."""
-    if "NUMBA_THREADING_LAYER" in os.environ:
+    """TBB for numba's threads where it loads, else workqueue; never GNU OpenMP by
+    default (the ``cpu_numba`` docstring says why, with measurements). A layer or
+    a priority named in the environment is left as it is.
+
+    Done at import, without importing numba: numba fixes its layer when its
+    threads first start, which ``numba.set_num_threads`` does before any kernel
+    of ours runs."""
+    _load_pip_tbb()
+    if "NUMBA_THREADING_LAYER" in os.environ or "NUMBA_THREADING_LAYER_PRIORITY" in os.environ:
         return
+    priority = "tbb workqueue omp"  # numba takes the first that loads; workqueue always does
+    os.environ["NUMBA_THREADING_LAYER_PRIORITY"] = priority  # read when numba is imported
     numba = sys.modules.get("numba")
-    if numba is None:
-        os.environ["NUMBA_THREADING_LAYER"] = "workqueue"  # numba reads it when imported
-    else:
-        numba.config.THREADING_LAYER = "workqueue"  # no effect once its threads run
+    if numba is not None:
+        numba.config.THREADING_LAYER_PRIORITY = priority.split()  # no effect once threads run
+
+
+def _load_pip_tbb() -> None:
+    """Load the ``tbb`` wheel's library by its path, so numba finds it loaded: pip
+    puts it in ``<prefix>/lib``, where the loader does not look for it."""
+    path = pip_tbb_path()
+    if path is not None:
+        import ctypes
+        with contextlib.suppress(OSError):
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def pip_tbb_path() -> str | None:
+    """Where the ``tbb`` wheel put ``libtbb.so.12`` (Linux), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import site
+    for prefix in (sys.prefix, site.getuserbase()):
+        path = os.path.join(prefix, "lib", "libtbb.so.12")
+        if os.path.exists(path):
+            return path
+    return None
 
 
 _default_numba_threading_layer()

@@ -57,29 +57,32 @@ Which evaluator, measured on the 2-core reference machine
   element, 4-36x slower than NumPy's SIMD ufuncs) make a Plan on large arrays
   run on the NumPy evaluator when the ``OP_COST_NS`` model says so. Arithmetic,
   comparisons, where and sqrt vectorize and stay here (3-60x faster).
-* ``prange`` from ``PARALLEL_MIN`` = 2^25 element-operations (elements x
-  (operands + instructions)): ~5.6e6 elements for the seed update, ~3e6 for
-  Adam's ``w`` statement, ~1.7e6 for Adam's three statements in one loop.
-  Handing half the loop to the sleeping workqueue thread costs ~100 us on
-  this VM, so the parallel variant first won at 2^22 elements (seed 0.69x of
-  serial time) and 2^24 (Adam-w 0.81x). ``MINITORCH_PARALLEL_MIN`` overrides.
-* The ``workqueue`` threading layer unless ``NUMBA_THREADING_LAYER`` says
-  otherwise (set when the package is imported, ``backends.py``, because numba
-  fixes its layer when it first starts threads, which ``numba.set_num_threads``
-  may do before any kernel runs). OpenMP wakes its threads much faster: alone,
-  the parallel variant wins from 2^18 elements, and Adam's three statements
-  at 1e6 took 296 us (workqueue 514 us). But its idle threads spin, and with
-  libgomp's default spin count they take the cores from the next BLAS call: a
-  256x256 matmul after an OpenMP kernel took 8 ms instead of 0.2 ms, and the
-  MNIST MLP step (784-512-256-10, batch 128, 2 threads, its SGD kernel
-  parallel) 14 ms instead of 4.5 ms. ``GOMP_SPINCOUNT=1000`` removes that
-  (the same MLP step as with workqueue, 0.39 ms for kernel-then-matmul), and
-  ``NUMBA_THREADING_LAYER=omp GOMP_SPINCOUNT=1000`` is worth setting for
-  large standalone kernels. It is not the default because the spin count is
-  process-wide and read once, when libgomp loads: PyTorch's CPU threads in
-  the same process would get it too, and if anything loaded libgomp first it
-  would not apply at all. workqueue cannot be entered from two threads at
-  once, but these kernels hold the GIL, so it never is.
+* Numba's threads come from TBB where it loads (the ``tbb`` wheel is a
+  dependency on Linux x86_64; ``backends.py`` loads its library by path,
+  because pip puts it where the loader does not look), else from workqueue;
+  never from GNU OpenMP unless ``NUMBA_THREADING_LAYER`` names it. The choice
+  is made when the package is imported, before numba starts its threads.
+  Measured with 2 threads, a 2^20-element seed kernel and a 256x256 matmul
+  (``--threading``): TBB hands half a loop to its other thread in a few us
+  (the kernel: 84 us; workqueue 345 us, its sleeping threads take ~100 us to
+  wake on this VM) and its idle thread leaves the core to BLAS (kernel then
+  matmul: 390 us; workqueue 536 us). OpenMP wakes its threads as fast, but
+  they spin while idle and take the cores from the next BLAS call: kernel then
+  matmul 8 ms, and the MNIST MLP step (784-512-256-10, batch 128) 14 ms
+  instead of 4.5 ms. ``GOMP_SPINCOUNT=1000`` removes that (416 us), but it is
+  process-wide and read once, when libgomp loads: PyTorch's threads in the
+  same process get it too (torch.compile's Adam step 5-15% slower), and if
+  anything loaded libgomp first it does not apply at all.
+* ``prange`` from ``parallel_min()`` element-operations (elements x (operands +
+  instructions)), by layer (``--threshold``, 2 threads, kernel call alone):
+  TBB and OpenMP 3 x 2^18 -- the parallel variant first wins at 2^17
+  elements for the seed (0.84x of serial time), 2^16 for Adam's ``w``
+  statement (0.68x), and takes 0.5-0.6x from 2^19 on; workqueue 2^25, where
+  its wins are erratic (seed 0.55x at 2^21 but 1.15x at 2^22; Adam-w
+  0.65-0.87x from 2^19).
+  ``MINITORCH_PARALLEL_MIN`` or ``set_parallel_min`` overrides. workqueue cannot
+  be entered from two threads at once, but these kernels hold the GIL, so it
+  never is.
 """
 
 from __future__ import annotations
@@ -111,8 +114,33 @@ from .tokens import keep
 
 MAX_DIMS = 4
 # Element-operations (elements x (operands + instructions)) from which the
-# prange variant runs (module docstring; ``bench_update.py --threshold``).
-PARALLEL_MIN = int(os.environ.get("MINITORCH_PARALLEL_MIN", 1 << 25))
+# prange variant runs, by numba's threading layer (module docstring;
+# ``bench_update.py --threshold``). ``MINITORCH_PARALLEL_MIN`` or
+# ``set_parallel_min`` overrides; None: this layer's, once numba's threads start.
+PARALLEL_MIN_BY_LAYER = {"tbb": 3 << 18, "omp": 3 << 18, "workqueue": 1 << 25}
+_env_parallel_min = os.environ.get("MINITORCH_PARALLEL_MIN")
+PARALLEL_MIN: int | None = int(_env_parallel_min) if _env_parallel_min else None
+
+
+def parallel_min() -> int:
+    """The element-operations from which a kernel splits over numba's threads."""
+    global PARALLEL_MIN
+    if PARALLEL_MIN is None:
+        numba.get_num_threads()  # starts numba's threads, which fixes the layer
+        PARALLEL_MIN = PARALLEL_MIN_BY_LAYER.get(numba.threading_layer(), 1 << 25)
+    return PARALLEL_MIN
+
+
+def set_parallel_min(work: int | None) -> None:
+    """Split kernels from ``work`` element-operations (None: the layer's measured
+    default). Launches worked out under the old value are forgotten."""
+    global PARALLEL_MIN
+    PARALLEL_MIN = work
+    _LAUNCHES.clear()
+    from .engine import forget_launches
+    from .expr import new_epoch
+    new_epoch()  # prepared assignments hold the kernel function they chose
+    forget_launches()
 
 # LLVM vectorizes arithmetic, comparisons and sqrt, but exp, log and tanh
 # become one libm call per element (no vector math library here), while
@@ -733,7 +761,7 @@ def _numpy_reduces_better(op: str, large: bool, plan) -> bool:
 
 
 def _go_parallel(work: int) -> bool:
-    return work >= PARALLEL_MIN and numba.get_num_threads() > 1
+    return work >= parallel_min() and numba.get_num_threads() > 1
 
 
 class Launch:
@@ -830,7 +858,7 @@ def _launch(kernel, shape, tails, copies, work: int) -> Launch:
             template += [None, *tail]
     if 0 in shape:
         kernel = _NO_ELEMENTS
-    return Launch(kernel, work >= PARALLEL_MIN, template, tuple(holes))
+    return Launch(kernel, work >= parallel_min(), template, tuple(holes))
 
 
 _LAUNCHES: dict[tuple, Launch | None] = {}

@@ -29,6 +29,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import minitorch_exp.tensor as mt  # noqa: E402
 from minitorch_exp.tensor import cpu_numba  # noqa: E402
+from minitorch_exp.tensor.backends import pip_tbb_path  # noqa: E402
 from minitorch_exp.tensor.explain import explain  # noqa: E402
 from minitorch_exp.tensor.expr import as_exp  # noqa: E402
 from minitorch_exp.tensor.plan import make_plan  # noqa: E402
@@ -240,9 +241,33 @@ def test_reduce_matches_numpy(case):
     assert_same(expected, actual, expected.dtype)
 
 
+@pytest.fixture
+def always_parallel():
+    """Every kernel takes its prange variant (with numba's threads > 1)."""
+    saved = cpu_numba.PARALLEL_MIN
+    cpu_numba.set_parallel_min(0)
+    yield
+    cpu_numba.set_parallel_min(saved)
+
+
+def test_set_parallel_min_reaches_statements_already_run():
+    x = mt.from_numpy(np.ones(1000, np.float32))
+    saved = cpu_numba.PARALLEL_MIN
+    try:
+        with mt.using_cpu_backend("numba"):
+            cpu_numba.set_parallel_min(1 << 62)
+            x[...] = x * 2
+            assert [launch.may_parallel for launch in cpu_numba._LAUNCHES.values()] == [False]
+            cpu_numba.set_parallel_min(0)
+            x[...] = x * 2
+            assert [launch.may_parallel for launch in cpu_numba._LAUNCHES.values()] == [True]
+    finally:
+        cpu_numba.set_parallel_min(saved)
+    np.testing.assert_array_equal(x.numpy(), np.full(1000, 4, np.float32))
+
+
 @pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
-def test_reductions_go_parallel(monkeypatch, axis):
-    monkeypatch.setattr(cpu_numba, "PARALLEL_MIN", 0)
+def test_reductions_go_parallel(always_parallel, axis):
     a = np.random.default_rng(0).standard_normal((100, 70)).astype(np.float32)
 
     def run():
@@ -337,8 +362,7 @@ def test_empty_and_scalar_tensors(shape):
         np.testing.assert_array_equal(actual, expected)
 
 
-def test_elementwise_goes_parallel(monkeypatch):
-    monkeypatch.setattr(cpu_numba, "PARALLEL_MIN", 0)
+def test_elementwise_goes_parallel(always_parallel):
     a = np.random.default_rng(4).standard_normal((64, 34)).astype(np.float32)
 
     def run():
@@ -499,23 +523,31 @@ THREADING_SCRIPT = textwrap.dedent("""
     import numpy as np
     from minitorch_exp.tensor import cpu_numba
     mt.set_cpu_backend("numba")
-    cpu_numba.PARALLEL_MIN = 0
+    found = {"layer": numba.threading_layer(), "parallel_min": cpu_numba.parallel_min(),
+             "priority": numba.config.THREADING_LAYER_PRIORITY}
+    cpu_numba.set_parallel_min(0)
     w = mt.from_numpy(np.ones(1000, np.float32))
     w[...] = w * 2 + 1
-    print(json.dumps({"layer": numba.threading_layer(), "value": float(w.numpy()[0])}))
+    print(json.dumps({**found, "value": float(w.numpy()[0])}))
 """)
 
 
 @pytest.mark.parametrize("order", ["numba first", "minitorch_exp first"])
-@pytest.mark.parametrize("preset", [None, "omp"])
+@pytest.mark.parametrize("preset", [None, "omp", "workqueue"])
 def test_threading_layer_default_and_override(preset, order):
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_THREADING_LAYER")}
+    env.pop("MINITORCH_PARALLEL_MIN", None)
     env["PYTHONPATH"] = str(ROOT)
     if preset:
-        if not ctypes.util.find_library("gomp"):
+        if preset == "omp" and not ctypes.util.find_library("gomp"):
             pytest.skip("libgomp is not installed")
         env["NUMBA_THREADING_LAYER"] = preset
     out = subprocess.run([sys.executable, "-c", THREADING_SCRIPT, order], env=env,
                          capture_output=True, text=True, check=True)
     found = json.loads(out.stdout.strip().splitlines()[-1])
-    assert found == {"layer": preset or "workqueue", "value": 3.0}
+    # Without a layer named: TBB where it loads, else workqueue -- never GNU OpenMP.
+    layer = preset or ("tbb" if pip_tbb_path() else "workqueue")
+    default_priority = ["tbb", "omp", "workqueue"]  # numba's own, left alone under a preset
+    assert found == {"layer": layer, "value": 3.0,
+                     "parallel_min": cpu_numba.PARALLEL_MIN_BY_LAYER[layer],
+                     "priority": default_priority if preset else ["tbb", "workqueue", "omp"]}
