@@ -84,6 +84,7 @@ def _thread_info() -> dict[str, Any]:
         import numba
 
         info["numba_threads"] = numba.get_num_threads()
+        info["numba_threading_layer"] = numba.threading_layer()
     with contextlib.suppress(ImportError):
         import torch
 
