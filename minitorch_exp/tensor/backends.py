@@ -130,9 +130,7 @@ def set_cpu_backend(name: str) -> None:
     _cpu_backend(name)
     _state["cpu"] = name
     from .engine import forget_launches
-    from .expr import new_epoch
-    new_epoch()  # prepared assignments (engine.py) hold the old evaluator's kernels
-    forget_launches()  # and so do the launches kept per statement
+    forget_launches()  # they hold the old evaluator's kernels
 
 
 @contextlib.contextmanager

@@ -260,13 +260,16 @@ def reduce_layout(x_shape: L.Shape, axes: tuple[int, ...], layouts: list[L.Layou
     ``layouts[0]`` is the output viewed with the input's shape (stride 0 on
     reduced axes); the others are the leaves broadcast to ``x_shape``. Returns
     ``(kept_shape, reduced_shape, kept_strides, reduced_strides)``; the output's
-    reduced strides are all 0 and left out of ``reduced_strides``.
+    reduced strides are all 0 and left out of ``reduced_strides``. Nothing left to
+    reduce (reduced dims of size 1, or none) is one reduced step of one.
     """
     kept = [d for d in range(len(x_shape)) if d not in axes]
     kshape, kstrides = L.coalesce(tuple(x_shape[d] for d in kept),
                                   *[tuple(lay.strides[d] for d in kept) for lay in layouts])
     rshape, rstrides = L.coalesce(tuple(x_shape[d] for d in axes),
                                   *[tuple(lay.strides[d] for d in axes) for lay in layouts[1:]])
+    if not rshape:
+        rshape, rstrides = (1,), [(0,) for _ in layouts[1:]]
     return kshape, rshape, kstrides, rstrides
 
 

@@ -110,7 +110,7 @@ from .counters import _COUNTS, count
 from .cpu_numpy import NumpyBackend, overlaps
 from .ops import OPS
 from .plan import make_plan
-from .tokens import keep
+from .tokens import memo
 
 MAX_DIMS = 4
 # Element-operations (elements x (operands + instructions)) from which the
@@ -138,8 +138,6 @@ def set_parallel_min(work: int | None) -> None:
     PARALLEL_MIN = work
     _LAUNCHES.clear()
     from .engine import forget_launches
-    from .expr import new_epoch
-    new_epoch()  # prepared assignments hold the kernel function they chose
     forget_launches()
 
 # LLVM vectorizes arithmetic, comparisons and sqrt, but exp, log and tanh
@@ -811,9 +809,7 @@ def _runner(launch: Launch):
     """
     arrays = {at: k for at, k, _ in launch.holes}
     pattern = (len(launch.template), tuple(arrays.items()), launch.may_parallel)
-    bind = _RUNNER_FACTORIES.get(pattern)
-    if bind is None:
-        bind = _RUNNER_FACTORIES[pattern] = _runner_factory(*pattern)
+    bind = memo(_RUNNER_FACTORIES, pattern, lambda: _runner_factory(*pattern))
     numbers = [x for at, x in enumerate(launch.template) if at not in arrays]
     return bind(_COUNTS, ("cpu", "fused"), launch.kernel.serial, launch.kernel_function,
                 numbers)
@@ -864,12 +860,6 @@ def _launch(kernel, shape, tails, copies, work: int) -> Launch:
 _LAUNCHES: dict[tuple, Launch | None] = {}
 
 
-def _memo(table: dict, key, make):
-    """``table[key]``, made by ``make()`` the first time; bounded (cleared past 4096)."""
-    found = table.get(key, False)
-    return keep(table, key, make()) if found is False else found
-
-
 def _elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
     """The launch writing ``plan`` over ``leaves`` into ``dst``; None: the NumPy evaluator.
 
@@ -879,9 +869,9 @@ def _elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
     storage = dst.storage
     key = (plan, saver, dst.dtype.char, dst.layout,
            *[(t.layout, t.storage is storage) for t in leaves])
-    launch = _LAUNCHES.get(key, False)  # ``_memo`` spelled out: this runs per statement
+    launch = _LAUNCHES.get(key, False)  # ``memo`` spelled out: this runs per statement
     if launch is False:
-        launch = _memo(_LAUNCHES, key, lambda: _make_elementwise_launch(plan, dst, leaves, saver))
+        launch = memo(_LAUNCHES, key, lambda: _make_elementwise_launch(plan, dst, leaves, saver))
     return launch
 
 
@@ -991,13 +981,17 @@ def _private_copy(t):
 
 
 def _elementwise_kernel(plan, key, saver, kinds, dst_dtype):
-    """Compile (once per key: ``("numba", ndim, saver, kinds, dst dtype)``) the Plan's loop."""
+    """The Plan's loop, compiled once per key: ``("numba", ndim, saver, kinds, dst dtype)``."""
+    return _plan_kernel(plan, key, lambda: kernel_source(plan, key[1], saver, kinds, dst_dtype))
+
+
+def _plan_kernel(plan, key, source):
+    """The module kept on ``plan`` under ``key``, loaded from ``source()`` the first time."""
     kernel = plan.compiled.get(key)
     if kernel is None:
         with _LOCK:
-            bindings = _user_bindings(plan)
-            source = kernel_source(plan, key[1], saver, kinds, dst_dtype)
-            kernel = plan.compiled[key] = load_module(source, bindings)
+            bindings = _user_bindings(plan)  # first: it says when a user op cannot compile
+            kernel = plan.compiled[key] = load_module(source(), bindings)
     return kernel
 
 
@@ -1023,7 +1017,7 @@ def _reduce_loops(dst, e, leaves) -> ReduceLoops | None:
     """
     key = (dst.layout, e.x.shape, e.axes, e.kept_shape,
            tuple((t.layout, t.storage is dst.storage) for t in leaves))
-    return _memo(_REDUCE_LOOPS, key, lambda: _plan_reduce_loops(dst, e, leaves))
+    return memo(_REDUCE_LOOPS, key, lambda: _plan_reduce_loops(dst, e, leaves))
 
 
 def _plan_reduce_loops(dst, e, leaves) -> ReduceLoops | None:
@@ -1037,8 +1031,6 @@ def _plan_reduce_loops(dst, e, leaves) -> ReduceLoops | None:
     kept, reduced, kstrides, rstrides = C.reduce_layout(x_shape, e.axes, layouts)
     if len(kept) > MAX_DIMS or len(reduced) > MAX_DIMS:
         return None
-    if not reduced:  # nothing left to reduce: one step of one
-        reduced, rstrides = (1,), [(0,) for _ in leaves]
     by_columns = C.reduces_by_columns(kstrides, rstrides)
     kinds = C.reduce_kinds(kstrides, rstrides, by_columns)
     # A unit stride in the innermost loop is implied, not passed (_ReduceSpec.params).
@@ -1052,11 +1044,5 @@ def _plan_reduce_loops(dst, e, leaves) -> ReduceLoops | None:
 
 def _reduce_kernel(plan, op, n_kept, n_reduced, saver, kinds, dst_dtype, by_columns):
     key = ("numba-reduce", op, n_kept, n_reduced, saver, kinds, dst_dtype.char, by_columns)
-    kernel = plan.compiled.get(key)
-    if kernel is None:
-        with _LOCK:
-            bindings = _user_bindings(plan)
-            source = reduce_source(plan, op, n_kept, n_reduced, saver, kinds, dst_dtype,
-                                   by_columns)
-            kernel = plan.compiled[key] = load_module(source, bindings)
-    return kernel
+    return _plan_kernel(plan, key, lambda: reduce_source(
+        plan, op, n_kept, n_reduced, saver, kinds, dst_dtype, by_columns))

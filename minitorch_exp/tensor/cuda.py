@@ -294,8 +294,6 @@ class CudaBackend:
         layouts, arrays = self._operands(dst, leaves, x.shape)
         kshape, rshape, kstrides, rstrides = C.reduce_layout(
             x.shape, e.axes, [out_layout, *layouts[1:]])
-        if not rshape:  # nothing left to reduce: one step of one
-            rshape, rstrides = (1,), [(0,) for _ in leaves]
         n_out, n_red = math.prod(kshape), math.prod(rshape)
         module = self._module(("reduce", e.op, len(kshape), len(rshape), saver, dst.dtype.char),
                               plan, lambda: cuda_reduce_source(plan, e.op, len(kshape),

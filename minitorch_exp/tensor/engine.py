@@ -141,7 +141,9 @@ def _record(call, launch, operands, scalars, dsts) -> None:
 
 
 def forget_launches() -> None:
-    """Drop every kept launch (the CPU evaluator changed, or a user op was unregistered)."""
+    """Drop every kept launch and prepared assignment: what decided their kernel calls
+    changed (the CPU evaluator, a user op unregistered, the thread threshold)."""
+    _expr.new_epoch()  # prepared assignments are valid for one epoch
     _STATEMENT_LAUNCHES.clear()
     _GROUP_LAUNCHES.clear()
 

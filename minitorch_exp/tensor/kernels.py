@@ -259,8 +259,6 @@ def _reduce_loops(k: Kernel, leaves, dst, C):
     layouts = [L.broadcast_layout(kept, r.x.shape)]
     layouts += [L.broadcast_layout(t.layout, r.x.shape) for t in leaves]
     kshape, rshape, kstrides, rstrides = C.reduce_layout(r.x.shape, r.axes, layouts)
-    if not rshape:
-        rshape, rstrides = (1,), [(0,) for _ in leaves]
     by_columns = C.reduces_by_columns(kstrides, rstrides)
     return len(kshape), len(rshape), C.reduce_kinds(kstrides, rstrides, by_columns), by_columns
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import expr as _expr
-from .expr import RVALUE, Cast, Exp, Map, Scalar, new_epoch
+from .expr import RVALUE, Cast, Exp, Map, Scalar
 from .ops import OPS
 from .tokens import NOT_DST, LeafToken, TreeToken, leaf_tokens
 
@@ -255,9 +255,8 @@ def plan_cache_size() -> int:
 
 def forget_op(name: str) -> None:
     """Drop the cached plans that use op ``name`` (called when a user op is unregistered)."""
-    new_epoch()  # prepared assignments hold kernels that call the old function
     from .engine import forget_launches
-    forget_launches()  # and so do the launches kept per statement
+    forget_launches()  # they hold kernels that call the old function
     for key, plan in list(_PLANS.items()):
         if any(ins.op == name for ins in plan.instrs):
             del _PLANS[key]

@@ -62,12 +62,18 @@ def keep(table: dict, key, value, limit: int = 4096):
     return value
 
 
+def memo(table: dict, key, make, limit: int = 4096):
+    """``table[key]``, made by ``make()`` and kept (``keep``) the first time."""
+    found = table.get(key, False)  # False, not None: None is a value worth keeping
+    return keep(table, key, make(), limit) if found is False else found
+
+
 _INTERNED: dict[tuple, object] = {}
 NOT_DST, DST, TREE = 0, 1, 2  # the positions in a tensor's ``leaf_tokens``
 
 
 def _intern(facts: tuple, make):
-    token = _INTERNED.get(facts)
+    token = _INTERNED.get(facts)  # ``memo`` spelled out: this runs for every new tensor
     return keep(_INTERNED, facts, make(), 1 << 16) if token is None else token
 
 
