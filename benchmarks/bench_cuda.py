@@ -256,7 +256,7 @@ def seed_fuse(n, cp):
 def adam_fuse(n, cp):
     """The three Adam statements as one ``cupy.fuse`` kernel."""
     w, g, m, v = upd.arrays(n, 4, cp)
-    b1, b2, lr, eps, c1, c2 = upd.B1, upd.B2, upd.LR, upd.EPS, upd.C1, upd.C2
+    b1, b2, step, eps, c2 = upd.B1, upd.B2, upd.STEP, upd.EPS, upd.C2
 
     @cp.fuse(kernel_name="adam_update")
     def update(w, g, m, v):
@@ -264,7 +264,7 @@ def adam_fuse(n, cp):
         m += (1 - b1) * g
         v *= b2
         v += (1 - b2) * g * g
-        w -= lr * (m / c1) / (cp.sqrt(v / c2) + eps)
+        w -= step * m / (cp.sqrt(v / c2) + eps)
     return lambda: update(w, g, m, v)
 
 

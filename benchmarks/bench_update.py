@@ -4,7 +4,9 @@ Two updates on float32 vectors of 1e3 .. 1e7 elements:
 
 * ``seed``: ``w[...] = -eta * (g + lam * w)`` (the update the project started from);
 * ``adam``: ``m = b1 m + (1-b1) g``, ``v = b2 v + (1-b2) g^2``,
-  ``w -= lr m_hat / (sqrt(v_hat) + eps)`` -- three statements, a dozen ops.
+  ``w -= step m / (sqrt(v_hat) + eps)`` with ``step = lr / (1 - b1^t)`` folded into
+  one number, as ``torch.optim.Adam`` does -- three statements, 13 ops, the same
+  arithmetic in every row.
 
 Rows: ours with the NumPy block evaluator and the numba evaluator (1 and 2
 threads; with the statements built once and assigned every call, which
@@ -53,6 +55,7 @@ from minitorch_exp.tensor import cpu_numba
 ETA, LAM = 0.1, 0.01
 B1, B2, LR, EPS = 0.9, 0.999, 1e-3, 1e-8
 C1, C2 = 1 - B1 ** 10, 1 - B2 ** 10   # bias corrections at step 10
+STEP = LR / C1                        # the step size, bias correction folded in
 BYTES_PER_ELEMENT = {"seed": 3 * 4, "adam": 7 * 4}  # read g, w (m, v); write w (m, v)
 
 
@@ -135,7 +138,7 @@ def seed_torch_compile(n, device="cpu"):
 def adam_statements(w, g, m, v) -> list:
     """Adam's three statements as ``(dst, expression)`` pairs (built, not yet run)."""
     return [(m, B1 * m + (1 - B1) * g), (v, B2 * v + (1 - B2) * g * g),
-            (w, w - LR * (m / C1) / ((v / C2).sqrt() + EPS))]
+            (w, w - STEP * m / ((v / C2).sqrt() + EPS))]
 
 
 def adam_ours(n, device="cpu"):
@@ -168,7 +171,7 @@ def adam_naive(n, xp=np):
     def step():
         m[...] = B1 * m + (1 - B1) * g
         v[...] = B2 * v + (1 - B2) * g * g
-        w[...] = w - LR * (m / C1) / (xp.sqrt(v / C2) + EPS)
+        w[...] = w - STEP * m / (xp.sqrt(v / C2) + EPS)
     return step
 
 
@@ -188,7 +191,7 @@ def adam_out(n):
         np.sqrt(t, out=t)
         np.add(t, EPS, out=t)
         np.divide(m, t, out=t)
-        np.multiply(t, LR / C1, out=t)
+        np.multiply(t, STEP, out=t)
         np.subtract(w, t, out=w)
     return step
 
@@ -196,13 +199,13 @@ def adam_out(n):
 def adam_numexpr(n):
     import numexpr as ne
     w, g, m, v = arrays(n, 4)
-    names = {"b1": B1, "b2": B2, "lr": LR, "eps": EPS, "c1": C1, "c2": C2,
+    names = {"b1": B1, "b2": B2, "step": STEP, "eps": EPS, "c2": C2,
              "w": w, "g": g, "m": m, "v": v}
 
     def step():
         ne.evaluate("b1 * m + (1 - b1) * g", out=m, local_dict=names)
         ne.evaluate("b2 * v + (1 - b2) * g * g", out=v, local_dict=names)
-        ne.evaluate("w - lr * (m / c1) / (sqrt(v / c2) + eps)", out=w, local_dict=names)
+        ne.evaluate("w - step * m / (sqrt(v / c2) + eps)", out=w, local_dict=names)
     return step
 
 
@@ -213,7 +216,7 @@ def adam_torch(n, device="cpu"):
         m.mul_(B1).add_(g, alpha=1 - B1)
         v.mul_(B2).addcmul_(g, g, value=1 - B2)
         denom = (v / C2).sqrt_().add_(EPS)   # one temporary, as torch.optim.Adam has
-        w.addcdiv_(m, denom, value=-LR / C1)
+        w.addcdiv_(m, denom, value=-STEP)
     return step
 
 
@@ -225,7 +228,7 @@ def adam_torch_compile(n, device="cpu"):
     def step(w, g, m, v):
         m.copy_(B1 * m + (1 - B1) * g)
         v.copy_(B2 * v + (1 - B2) * g * g)
-        w.copy_(w - LR * (m / C1) / ((v / C2).sqrt() + EPS))
+        w.copy_(w - STEP * m / ((v / C2).sqrt() + EPS))
     return lambda: step(w, g, m, v)
 
 
@@ -370,7 +373,7 @@ def threshold_table(min_time) -> Table:
     for k in range(14, 25):
         w, g, m, v = (mt.from_numpy(a) for a in arrays(1 << k, 4))
         kernels = {"seed": -ETA * (g + LAM * w),
-                   "adam-w": w - LR * (m / C1) / ((v / C2).sqrt() + EPS)}
+                   "adam-w": w - STEP * m / ((v / C2).sqrt() + EPS)}
         for label, e in kernels.items():
             plan, leaves, scalars = make_plan(e, 1)
             step = lambda: backend.elementwise(plan, w, leaves, scalars, "=")  # noqa: B023,E731

@@ -355,23 +355,26 @@ class Map(Exp):
         leaves = scalars = ()
         whole = True  # leaves and scalars hold the whole tree, as the walk would see it
         for a in args:
-            if type(a) is Scalar:
-                scalars += (a.value,)
-                sig += (type(a.value),)
+            t = type(a)
+            if t is Map and a.realized is None:  # the common operands first: maps, scalars
+                sig += (a.token,)
+                below = a.leaves
+                if below is None or a.epoch != EPOCH or \
+                        len(below) + len(leaves) > MAX_GATHERED_LEAVES:
+                    whole = False  # a node below was realized since, or too big
+                else:
+                    leaves += below
+                    scalars += a.scalars
                 continue
-            if a.kind != RVALUE:  # nested rather than flat: a tensor operand takes one test
-                if a.realized is None:
-                    if type(a) is Map:
-                        sig += (a.token,)
-                        if a.leaves is None or a.epoch != EPOCH or \
-                                len(a.leaves) + len(leaves) > MAX_GATHERED_LEAVES:
-                            whole = False  # a node below was realized since, or too big
-                        else:
-                            leaves += a.leaves
-                            scalars += a.scalars
-                    else:  # a cast, or not elementwise
-                        whole = False
-                        sig += ((a.shape, a.dtype, a.device),)
+            if t is Scalar:
+                value = a.value
+                scalars += (value,)
+                sig += (type(value),)
+                continue
+            if a.kind != RVALUE:
+                if a.realized is None:  # a cast, or not elementwise
+                    whole = False
+                    sig += ((a.shape, a.dtype, a.device),)
                     continue
                 a = a.realized  # computed before: read the remembered tensor
             leaves += (a,)

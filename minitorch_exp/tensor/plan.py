@@ -173,14 +173,16 @@ def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, Sequence, Sequence]:
     big tree) is walked: its key spells the structure out token by token.
     """
     storage = dst.storage
-    head = (saver, (dst._leaf_tokens or leaf_tokens(dst))[NOT_DST], dst.device)
+    dst_token = (dst._leaf_tokens or leaf_tokens(dst))[NOT_DST]
     if type(e) is Map and e.leaves is not None and e.epoch == _expr.EPOCH \
             and e.realized is None:
-        return (*head, e.token, *[(t._leaf_tokens or leaf_tokens(t))[t.storage is storage]
-                                  for t in e.leaves]), e.leaves, e.scalars
+        key = (saver, dst_token, dst.device, e.token)
+        for t in e.leaves:  # a loop, not a comprehension: no frame for two or three leaves
+            key += ((t._leaf_tokens or leaf_tokens(t))[t.storage is storage],)
+        return key, e.leaves, e.scalars
     leaves: list = []
     scalars: list = []
-    key: list = [*head, e.device]
+    key: list = [saver, dst_token, dst.device, e.device]
     _walk_root(e, leaves, scalars, key, storage)
     return tuple(key), leaves, scalars
 
