@@ -14,8 +14,10 @@ replays a prepared kernel call; and for Adam, its three statements as one
 ``assign_all``, one loop), naive NumPy (full-size temporaries, the
 baseline), hand-written NumPy with ``out=``, numexpr, PyTorch eager in place,
 optionally ``torch.compile`` (``--torch-compile``; its first compile takes
-~30 s here), and the memory floor for the bytes the update must move at least
-(each array read once and written once). Before them, ``update_overhead``:
+~30 s here) -- peers with 2 threads, numexpr and torch.compile also with 1 --
+and the memory floor for the bytes the update must move at least (each array
+read once and written once). The rows of one size take turns, so a busy
+neighbour slows them alike. Before them, ``update_overhead``:
 each statement at 1e3 elements against one NumPy ufunc call; after them, the
 extra memory each needs at 1e7.
 ``--threshold`` adds the serial/parallel crossover of the numba kernels,
@@ -253,22 +255,23 @@ def set_threads(n: int) -> None:
         pass
 
 
-def time_ours(table, update, n, min_time) -> None:
-    with mt.using_cpu_backend("numpy"):
-        table.add("ours numpy-blocks", n, timeit(OURS[update](n), min_time=min_time))
-    with mt.using_cpu_backend("numba"):
-        for threads in (1, 2):
+def our_rows(update, n) -> dict:
+    """Our rows at size ``n``: name -> (step, what to set before it runs: threads, evaluator)."""
+    def using(threads: int, backend: str = "numba"):
+        def setup():
+            mt.set_cpu_backend(backend)
             set_threads(threads)
-            table.add(f"ours numba {threads}T", n, timeit(OURS[update](n), min_time=min_time))
-        set_threads(1)
-        table.add("ours numba 1T, built once", n,
-                  timeit(OURS_BUILT_ONCE[update](n), min_time=min_time))
-        if update == "adam":
-            for threads in (1, 2):
-                set_threads(threads)
-                table.add(f"ours numba {threads}T, assign_all", n,
-                          timeit(adam_ours_one_kernel(n), min_time=min_time))
-    set_threads(2)
+        return setup
+
+    rows = {"ours numpy-blocks": (OURS[update](n), using(2, "numpy"))}
+    for threads in (1, 2):
+        rows[f"ours numba {threads}T"] = (OURS[update](n), using(threads))
+    rows["ours numba 1T, built once"] = (OURS_BUILT_ONCE[update](n), using(1))
+    if update == "adam":
+        for threads in (1, 2):
+            rows[f"ours numba {threads}T, assign_all"] = (adam_ours_one_kernel(n),
+                                                          using(threads))
+    return rows
 
 
 def overhead_table(min_time, n: int = 1000) -> Table:
@@ -303,26 +306,41 @@ def overhead_table(min_time, n: int = 1000) -> Table:
     return table
 
 
-def time_peers(table, update, n, min_time, with_compile: bool) -> None:
+ONE_THREAD_PEERS = ("numexpr", "torch.compile")  # the issue's yardsticks, also at 1 thread
+
+
+def peer_rows(update, n, with_compile: bool) -> dict:
+    """The peers' rows at size ``n``, as in :func:`our_rows`: 2 threads each, and
+    numexpr and torch.compile again with 1 (named ``... 1T``)."""
+    rows = {}
     for name, make in PEERS[update].items():
         if name == "torch.compile" and not with_compile:
             continue
         try:
-            step = make(n)
+            rows[name] = (make(n), lambda: set_threads(2))
+            if name in ONE_THREAD_PEERS:
+                rows[f"{name} 1T"] = (make(n), lambda: set_threads(1))
         except ImportError as err:
             print(f"  {name}: skipped ({err})")
-            continue
-        table.add(name, n, timeit(step, min_time=min_time))
+    return rows
 
 
 def run_update(update, sizes, min_time, with_compile) -> Table:
+    """Every row of one size takes turns (``interleaved_timeit``, long blocks: torch's
+    and numba's idle threads slow each other right after a switch), so the ratios
+    compare runs made under the same load."""
     table = Table(f"update_{update}", baseline="numpy naive")
     for n in sizes:
-        set_threads(2)
-        time_peers(table, update, n, min_time, with_compile)
-        time_ours(table, update, n, min_time)
+        rows = {**peer_rows(update, n, with_compile), **our_rows(update, n)}
+        times = interleaved_timeit({name: step for name, (step, _) in rows.items()},
+                                   min_time * len(rows),
+                                   setups={name: setup for name, (_, setup) in rows.items()})
+        for name, seconds in times.items():
+            table.add(name, n, seconds)
         table.add("memory floor", n, bandwidth_floor(BYTES_PER_ELEMENT[update] * n))
         print(f"  {update} n={n:.0e} done", flush=True)
+    mt.set_cpu_backend("numba")
+    set_threads(2)
     return table
 
 
@@ -358,10 +376,11 @@ def memory_table(n: int) -> str:
 # ---- serial/parallel crossover of the numba kernels --------------------------
 
 def threshold_table(min_time) -> Table:
-    """Serial vs prange variant of the seed and Adam-``w`` kernels by size (2 threads),
-    under this process's numba threading layer (``NUMBA_THREADING_LAYER`` picks it).
+    """Serial vs prange variants by size (2 threads), under this process's numba
+    threading layer (``NUMBA_THREADING_LAYER`` picks it): the seed kernel, Adam's
+    ``w`` kernel, and Adam's three statements as three kernels in a row.
 
-    Times the backend call alone, so the Python front end does not blur the
+    Times the backend calls alone, so the Python front end does not blur the
     crossover that ``cpu_numba.PARALLEL_MIN_BY_LAYER`` encodes.
     """
     from minitorch_exp.tensor.backends import _cpu_backend
@@ -370,13 +389,18 @@ def threshold_table(min_time) -> Table:
     import numba
     table = Table(f"numba_parallel_threshold_{numba.threading_layer()}", baseline="serial")
     backend = _cpu_backend("numba")
+
+    def kernels(statements):
+        calls = [(dst, *make_plan(e, 1)) for dst, e in statements]
+        return lambda: [backend.elementwise(plan, dst, leaves, scalars, "=")
+                        for dst, plan, leaves, scalars in calls]
+
     for k in range(14, 25):
         w, g, m, v = (mt.from_numpy(a) for a in arrays(1 << k, 4))
-        kernels = {"seed": -ETA * (g + LAM * w),
-                   "adam-w": w - STEP * m / ((v / C2).sqrt() + EPS)}
-        for label, e in kernels.items():
-            plan, leaves, scalars = make_plan(e, 1)
-            step = lambda: backend.elementwise(plan, w, leaves, scalars, "=")  # noqa: B023,E731
+        steps = {"seed": kernels([(w, -ETA * (g + LAM * w))]),
+                 "adam-w": kernels([(w, w - STEP * m / ((v / C2).sqrt() + EPS))]),
+                 "adam, 3 kernels": kernels(adam_statements(w, g, m, v))}
+        for label, step in steps.items():
             for name, limit in (("serial", 1 << 62), ("parallel", 0)):
                 cpu_numba.set_parallel_min(limit)
                 table.add(name, f"{label} 2^{k}", timeit(step, min_time=min_time))

@@ -210,11 +210,25 @@ def timeit(fn: Callable[[], Any], *, min_time: float = 0.2, repeat: int = 5,
     return statistics.median(_run(fn, number, sync) / number for _ in range(repeat))
 
 
-def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5) -> dict[str, float]:
+def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5,
+                       setups: dict | None = None) -> dict[str, float]:
     """Seconds per call of each step: the median over ``rounds`` rounds, the frameworks
-    taking turns within each round so that a noisy neighbour slows them all alike."""
+    taking turns within each round so that a noisy neighbour slows them all alike.
+
+    ``setups``: for some steps, a callable run (untimed, then one untimed call of
+    the step) before each of that step's blocks -- a thread count or an evaluator
+    that the step needs and the others change.
+    """
+    setups = setups or {}
+
+    def prepare(name, fn):
+        if name in setups:
+            setups[name]()
+            fn()
+
     numbers = {}
     for name, fn in steps.items():
+        prepare(name, fn)
         fn()  # warm-up (caches, JIT, momentum buffers)
         number, elapsed = 1, 0.0
         while elapsed < min_time / rounds / len(steps):
@@ -227,6 +241,7 @@ def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5) -> dict[st
     samples: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(rounds):
         for name, fn in steps.items():
+            prepare(name, fn)
             start = time.perf_counter()
             for _ in range(numbers[name]):
                 fn()

@@ -33,9 +33,11 @@ def plot(name: str, title: str, xlabel: str) -> Path:
     sizes = list(next(iter(table.values())))
     fig, ax = plt.subplots(figsize=(8, 4.2))
     width = 0.8 / len(table)
+    colors = plt.get_cmap("tab20").colors  # one color per row: the default cycle has ten
     for i, (row, ratios) in enumerate(table.items()):
         xs = [k + i * width for k in range(len(sizes))]
-        ax.bar(xs, [ratios.get(s, float("nan")) for s in sizes], width, label=row)
+        ax.bar(xs, [ratios.get(s, float("nan")) for s in sizes], width, label=row,
+               color=colors[i % len(colors)])
     ax.set_xticks([k + 0.4 - width / 2 for k in range(len(sizes))], sizes, rotation=20,
                   ha="right")
     ax.axhline(1.0, color="black", linewidth=0.8)

@@ -73,13 +73,18 @@ Which evaluator, measured on the 2-core reference machine
   process-wide and read once, when libgomp loads: PyTorch's threads in the
   same process get it too (torch.compile's Adam step 5-15% slower), and if
   anything loaded libgomp first it does not apply at all.
-* ``prange`` from ``parallel_min()`` element-operations (elements x (operands +
-  instructions)), by layer (``--threshold``, 2 threads, kernel call alone):
-  TBB and OpenMP 3 x 2^18 -- the parallel variant first wins at 2^17
-  elements for the seed (0.84x of serial time), 2^16 for Adam's ``w``
-  statement (0.68x), and takes 0.5-0.6x from 2^19 on; workqueue 2^25, where
-  its wins are erratic (seed 0.55x at 2^21 but 1.15x at 2^22; Adam-w
-  0.65-0.87x from 2^19).
+* ``prange`` from ``parallel_min()`` elements, by layer (``--threshold``, 2
+  threads, kernel calls alone): TBB and OpenMP 3 x 2^15 -- between the
+  crossover of Adam's three statements run as three kernels (2^16: 0.90x of
+  serial time) and the seed's (2^17: 0.87x; 1.6x at 2^16); from 2^19 on the
+  split takes 0.5-0.65x. Elements rather than element-operations, so that
+  statements over the same arrays all split or all stay on one core: when
+  Adam's cheap ``m`` statement ran on one core and its ``v`` and ``w``
+  statements split (1e5 elements, by element-operations), the arrays' cached
+  halves moved between the cores every step and the three took 88-104 us,
+  against 81-89 us all on one core and 67-82 us all split. workqueue 2^24:
+  below it, splitting lost or tied (1.1-11x of serial time up to 2^20,
+  0.8-1.13x up to 2^23).
   ``MINITORCH_PARALLEL_MIN`` or ``set_parallel_min`` overrides. workqueue cannot
   be entered from two threads at once, but these kernels hold the GIL, so it
   never is.
@@ -113,29 +118,28 @@ from .plan import make_plan
 from .tokens import memo
 
 MAX_DIMS = 4
-# Element-operations (elements x (operands + instructions)) from which the
-# prange variant runs, by numba's threading layer (module docstring;
-# ``bench_update.py --threshold``). ``MINITORCH_PARALLEL_MIN`` or
+# Elements from which the prange variant runs, by numba's threading layer (module
+# docstring; ``bench_update.py --threshold``). ``MINITORCH_PARALLEL_MIN`` or
 # ``set_parallel_min`` overrides; None: this layer's, once numba's threads start.
-PARALLEL_MIN_BY_LAYER = {"tbb": 3 << 18, "omp": 3 << 18, "workqueue": 1 << 25}
+PARALLEL_MIN_BY_LAYER = {"tbb": 3 << 15, "omp": 3 << 15, "workqueue": 1 << 24}
 _env_parallel_min = os.environ.get("MINITORCH_PARALLEL_MIN")
 PARALLEL_MIN: int | None = int(_env_parallel_min) if _env_parallel_min else None
 
 
 def parallel_min() -> int:
-    """The element-operations from which a kernel splits over numba's threads."""
+    """The elements from which a kernel splits over numba's threads."""
     global PARALLEL_MIN
     if PARALLEL_MIN is None:
         numba.get_num_threads()  # starts numba's threads, which fixes the layer
-        PARALLEL_MIN = PARALLEL_MIN_BY_LAYER.get(numba.threading_layer(), 1 << 25)
+        PARALLEL_MIN = PARALLEL_MIN_BY_LAYER.get(numba.threading_layer(), 1 << 24)
     return PARALLEL_MIN
 
 
-def set_parallel_min(work: int | None) -> None:
-    """Split kernels from ``work`` element-operations (None: the layer's measured
+def set_parallel_min(elements: int | None) -> None:
+    """Split kernels over at least ``elements`` elements (None: the layer's measured
     default). Launches worked out under the old value are forgotten."""
     global PARALLEL_MIN
-    PARALLEL_MIN = work
+    PARALLEL_MIN = elements
     _LAUNCHES.clear()
     from .engine import forget_launches
     forget_launches()
@@ -669,8 +673,7 @@ class NumbaBackend:
             except UserOpCompileError:
                 return None  # each statement alone then says why, once
         operands = len(dsts) + len(leaves)
-        work = n * (operands + sum(len(plan.instrs) for plan in plans))
-        return _launch(kernel, loops.shape, loops.tails, (False,) * operands, work)
+        return _launch(kernel, loops.shape, loops.tails, (False,) * operands, n)
 
     def dot(self, dst, a, b, saver: str):
         return self.fallback.dot(dst, a, b, saver)
@@ -693,7 +696,7 @@ class NumbaBackend:
         args = [*loops.kept, *loops.reduced, dst.storage.data, *loops.out_tail]
         for t, copy, tail in zip(leaves, loops.copies, loops.tails):
             args += [_private_copy(t) if copy else t.storage.data, *tail]
-        parallel = _go_parallel(e.x.numel() * (1 + len(leaves) + len(plan.instrs)))
+        parallel = _go_parallel(e.x.numel())
         chunks = _chunks(loops, parallel)
         args += [*scalars, float(C.reduce_count(e.x.shape, e.axes)), chunks]  # 0: mean is nan
         fn = kernel.parallel if parallel else kernel.serial
@@ -758,8 +761,8 @@ def _numpy_reduces_better(op: str, large: bool, plan) -> bool:
     return op == "argmax" or (large and (op in ("max", "min") or numpy_is_faster(plan)))
 
 
-def _go_parallel(work: int) -> bool:
-    return work >= parallel_min() and numba.get_num_threads() > 1
+def _go_parallel(elements: int) -> bool:
+    return elements >= parallel_min() and numba.get_num_threads() > 1
 
 
 class Launch:
@@ -779,7 +782,7 @@ class Launch:
 
     def __init__(self, kernel, may_parallel: bool, template: list, holes: tuple):
         self.kernel = kernel                # the module with ``serial`` and ``parallel``
-        self.may_parallel = may_parallel    # enough work for prange (if threads > 1 then)
+        self.may_parallel = may_parallel    # enough elements for prange (if threads > 1 then)
         self.template = template
         self.holes = holes                  # (argument index, operand index, private copy?)
         copies = any(copy for _, _, copy in holes)
@@ -844,9 +847,10 @@ def _no_elements(*args) -> None:
 _NO_ELEMENTS = SimpleNamespace(serial=_no_elements, parallel=_no_elements)
 
 
-def _launch(kernel, shape, tails, copies, work: int) -> Launch:
-    """A Launch over loops ``shape`` of operands with kernel arguments ``tails`` (None:
-    no array, see ``_tails``), reading the ``copies`` ones through private copies."""
+def _launch(kernel, shape, tails, copies, elements: int) -> Launch:
+    """A Launch over loops ``shape`` (``elements`` in all) of operands with kernel
+    arguments ``tails`` (None: no array, see ``_tails``), reading the ``copies`` ones
+    through private copies."""
     template, holes = list(shape), []
     for k, (tail, copy) in enumerate(zip(tails, copies)):
         if tail is not None:
@@ -854,7 +858,7 @@ def _launch(kernel, shape, tails, copies, work: int) -> Launch:
             template += [None, *tail]
     if 0 in shape:
         kernel = _NO_ELEMENTS
-    return Launch(kernel, work >= parallel_min(), template, tuple(holes))
+    return Launch(kernel, elements >= parallel_min(), template, tuple(holes))
 
 
 _LAUNCHES: dict[tuple, Launch | None] = {}
@@ -885,8 +889,7 @@ def _make_elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
         plan, key, saver, loops.kinds, dst.dtype))
     if kernel is None:
         return None
-    return _launch(kernel, loops.shape, loops.tails, (False, *loops.copies),
-                   n * (1 + len(leaves) + len(plan.instrs)))
+    return _launch(kernel, loops.shape, loops.tails, (False, *loops.copies), n)
 
 
 class LoopLayout(NamedTuple):
