@@ -349,43 +349,45 @@ class Map(Exp):
         self.args = args
         self.realized = self.prepared = None
         # Build-time checks, memoized on the operands' tokens (tokens.py): a training
-        # loop pays one dict lookup per op. The same loop gathers the tree's leaves
-        # and scalar values, so a statement needs no walk (``plan.statement_key``).
-        sig = (op.name, op.result)
-        leaves = scalars = ()
-        whole = True  # leaves and scalars hold the whole tree, as the walk would see it
-        for a in args:
-            t = type(a)
-            if t is Map and a.realized is None:  # the common operands first: maps, scalars
-                sig += (a.token,)
-                below = a.leaves
-                if below is None or a.epoch != EPOCH or \
-                        len(below) + len(leaves) > MAX_GATHERED_LEAVES:
-                    whole = False  # a node below was realized since, or too big
-                else:
-                    leaves += below
-                    scalars += a.scalars
-                continue
-            if t is Scalar:
-                value = a.value
-                scalars += (value,)
-                sig += (type(value),)
-                continue
-            if a.kind != RVALUE:
-                if a.realized is None:  # a cast, or not elementwise
-                    whole = False
-                    sig += ((a.shape, a.dtype, a.device),)
-                    continue
-                a = a.realized  # computed before: read the remembered tensor
-            leaves += (a,)
-            sig += ((a._leaf_tokens or leaf_tokens(a))[TREE],)
+        # loop pays one dict lookup per op. Each operand also adds its leaves and
+        # scalar values (``_map_operand``), so a statement needs no walk
+        # (``plan.statement_key``). Most ops have two operands; for them the two
+        # commonest cases of ``_map_operand`` are inlined (a call per operand cost
+        # ~0.06 us of a map's ~0.8 us, 0.8 us of Adam's 10.5 us build).
+        if len(args) == 2:
+            x, y = args
+            if type(x) is Scalar:
+                kx, lx, sx = type(x.value), (), (x.value,)
+            elif type(x) is Map and x.realized is None and x.epoch == EPOCH:
+                kx, lx, sx = x.token, x.leaves, x.scalars
+            else:
+                kx, lx, sx = _map_operand(x)
+            if type(y) is Scalar:
+                ky, ly, sy = type(y.value), (), (y.value,)
+            elif type(y) is Map and y.realized is None and y.epoch == EPOCH:
+                ky, ly, sy = y.token, y.leaves, y.scalars
+            else:
+                ky, ly, sy = _map_operand(y)
+            sig = (op.name, op.result, kx, ky)
+            leaves = lx + ly if lx is not None and ly is not None else None
+            scalars = sx + sy
+        else:
+            sig = (op.name, op.result)
+            leaves, scalars = (), ()
+            for a in args:
+                k, below, values = _map_operand(a)
+                sig += (k,)
+                leaves = leaves + below if leaves is not None and below is not None else None
+                scalars += values
+        if leaves is not None and len(leaves) > MAX_GATHERED_LEAVES:
+            leaves = None
         info = _MAP_INFO.get(sig)
         if info is None:
             info = keep(_MAP_INFO, sig, (_check_shapes(op.name, args), _map_dtype(op, args),
                                          _check_devices(op.name, args), _tree_token(sig)),
                         50_000)
         self.shape, self.dtype, self.device, self.token = info
-        self.leaves = leaves if whole else None
+        self.leaves = leaves
         self.scalars = scalars
         self.epoch = EPOCH
 
@@ -412,6 +414,22 @@ class Map(Exp):
                     return None
             args.append(a)
         return Map(self.op, tuple(args))
+
+
+def _map_operand(a) -> tuple:
+    """What an operand adds to its map's signature, leaves and scalars (``Map``);
+    leaves None: they cannot be gathered (a node below realized since, a cast,
+    something not elementwise)."""
+    t = type(a)
+    if t is Scalar:
+        return type(a.value), (), (a.value,)
+    if t is Map and a.realized is None:
+        return a.token, (a.leaves if a.epoch == EPOCH else None), a.scalars
+    if a.kind != RVALUE:
+        if a.realized is None:
+            return (a.shape, a.dtype, a.device), None, ()
+        a = a.realized  # computed before: read the remembered tensor
+    return (a._leaf_tokens or leaf_tokens(a))[TREE], (a,), ()
 
 
 class Cast(Exp):
