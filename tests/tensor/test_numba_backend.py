@@ -266,6 +266,26 @@ def test_set_parallel_min_reaches_statements_already_run():
     np.testing.assert_array_equal(x.numpy(), np.full(1000, 4, np.float32))
 
 
+def test_statements_over_the_same_arrays_split_alike():
+    """The split is decided by elements, not by work: a cheap and a costly statement over
+    arrays of one size both split or both stay on one core (mixing them moved the arrays
+    between the cores' caches), and the boundary is ``parallel_min`` itself."""
+    saved = cpu_numba.PARALLEL_MIN
+    try:
+        with mt.using_cpu_backend("numba"):
+            cpu_numba.set_parallel_min(1000)
+            for n, split in ((999, False), (1000, True)):
+                w, g, m, v = (mt.from_numpy(np.full(n, 2.0, np.float32)) for _ in range(4))
+                cpu_numba._LAUNCHES.clear()
+                m[...] = 0.9 * m + 0.1 * g                                # 3 instructions
+                w[...] = w - 0.01 * m / ((v / 0.999).sqrt() + 1e-8)       # 6 instructions
+                assert [launch.may_parallel for launch in cpu_numba._LAUNCHES.values()] == \
+                    [split, split]
+                np.testing.assert_allclose(m.numpy(), np.full(n, 2.0), rtol=1e-6)
+    finally:
+        cpu_numba.set_parallel_min(saved)
+
+
 @pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
 def test_reductions_go_parallel(always_parallel, axis):
     a = np.random.default_rng(0).standard_normal((100, 70)).astype(np.float32)
