@@ -11,6 +11,7 @@ This evaluator is the reference the compiled ones are tested against.
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 
@@ -42,6 +43,55 @@ def _cast_to(dtype):
     return cast
 
 
+def _step_function(ins):
+    """The NumPy function of one instruction: ``fn(*arrays, out=None)`` returning the result."""
+    if ins.op == "cast":
+        return _cast_to(ins.dtype)
+    op = OPS[ins.op]
+    return op.numpy if op.builtin else _user_function(op)
+
+
+def _user_function(op):
+    """A user's ``numpy_fn`` held to one rule: with ``out`` given, ``out`` holds the result.
+
+    A user function may fill ``out``, ignore it and return a new array, do both,
+    or take no ``out`` at all; the engine must get the same numbers from each.
+    """
+    fn = op.numpy
+    takes_out = _accepts_out(fn)
+
+    def call(*arrays, out=None):
+        result = fn(*arrays, out=out) if takes_out and out is not None else fn(*arrays)
+        if out is None:
+            return result
+        if result is None or result is out:
+            if not takes_out:
+                raise TypeError(f"user op {op.name!r}: numpy_fn returned None")
+            return out
+        result = np.asarray(result)
+        if not _broadcasts_to(result.shape, out.shape):
+            raise ValueError(f"user op {op.name!r}: numpy_fn returned shape {result.shape}, "
+                             f"expected {out.shape} (the broadcast shape of its operands)")
+        np.copyto(out, result, casting="unsafe")
+        return out
+    return call
+
+
+def _broadcasts_to(shape, target) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
+def _accepts_out(fn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins without a signature: ufunc-like
+        return True
+    return "out" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 class Schedule:
     """A Plan turned into NumPy calls: ``steps[k] = (fn, arg_slots, scratch_index)``."""
 
@@ -49,8 +99,7 @@ class Schedule:
         self.plan = plan
         self.steps = []
         for ins in plan.instrs:
-            fn = _cast_to(ins.dtype) if ins.op == "cast" else OPS[ins.op].numpy
-            self.steps.append((fn, ins.args))
+            self.steps.append((_step_function(ins), ins.args))
         self.scratch, self.buffer_of = _assign_buffers(plan)
         # ``x[...] = where(x > 0, x, 0)``: the last step must not write into an input.
         self.last_unsafe = bool(plan.instrs) and not in_place_safe(plan.instrs[-1].op)

@@ -181,6 +181,8 @@ def _no_grad(g, out, *args):
 
 _NAN_MAX = "(({0} > {1} || {0} != {0}) ? {0} : {1})"
 _NAN_MIN = "(({0} < {1} || {0} != {0}) ? {0} : {1})"
+_PY_NAN_MAX = "({0} if ({0} > {1} or {0} != {0}) else {1})"
+_PY_NAN_MIN = "({0} if ({0} < {1} or {0} != {0}) else {1})"
 
 _define("add", 2, np.add, "({0} + {1})", "({0} + {1})", derivative=_d_add)
 _define("sub", 2, np.subtract, "({0} - {1})", "({0} - {1})", derivative=_d_sub)
@@ -188,10 +190,8 @@ _define("mul", 2, np.multiply, "({0} * {1})", "({0} * {1})", derivative=_d_mul)
 _define("div", 2, np.true_divide, "({0} / {1})", "({0} / {1})", result="float",
         derivative=_d_div)
 _define("pow", 2, np.power, "pow({0}, {1})", "({0} ** {1})", derivative=_d_pow)
-_define("maximum", 2, np.maximum, _NAN_MAX,
-        "({0} if ({0} > {1} or {0} != {0}) else {1})", derivative=_d_maximum)
-_define("minimum", 2, np.minimum, _NAN_MIN,
-        "({0} if ({0} < {1} or {0} != {0}) else {1})", derivative=_d_minimum)
+_define("maximum", 2, np.maximum, _NAN_MAX, _PY_NAN_MAX, derivative=_d_maximum)
+_define("minimum", 2, np.minimum, _NAN_MIN, _PY_NAN_MIN, derivative=_d_minimum)
 _define("neg", 1, np.negative, "(-{0})", "(-{0})", derivative=_d_neg)
 _define("abs", 1, np.abs, "({0} < ({T})0 ? -{0} : {0})", "abs({0})", derivative=_d_abs)
 # NaN propagates through sign and relu, as in NumPy (``x != x`` only for NaN).
@@ -222,16 +222,23 @@ _define("logical_not", 1, np.logical_not, "(!{0})", "(not {0})", result="bool",
 _define("where", 3, _where, "({0} ? {1} : {2})", "({1} if {0} else {2})", result="where",
         derivative=_d_where)
 _define("clip", 3, _clip, "(" + _NAN_MIN.format(_NAN_MAX.format("{0}", "{1}"), "{2}") + ")",
-        "min(max({0}, {1}), {2})", derivative=_d_clip)
+        _PY_NAN_MIN.format(_PY_NAN_MAX.format("{0}", "{1}"), "{2}"), derivative=_d_clip)
 
 
 def _erf(x, out=None):
-    # Abramowitz & Stegun 7.1.26: |error| < 1.5e-7, enough for float32 (GELU).
-    ax = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * ax)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
-        -1.453152027 + t * 1.061405429))))
-    return np.multiply(np.sign(x), 1.0 - poly * np.exp(-ax * ax), out=out, casting="unsafe")
+    # NumPy has no erf; math.erf (the C library's, as the numba and CUDA kernels
+    # use) made into a ufunc by numba, compiled on first use.
+    ufunc = _ERF.get("ufunc")
+    if ufunc is None:
+        import math
+
+        import numba
+        ufunc = _ERF["ufunc"] = numba.vectorize(
+            ["float32(float32)", "float64(float64)"])(lambda v: math.erf(v))
+    return ufunc(x) if out is None else ufunc(x, out=out)
+
+
+_ERF: dict = {}
 
 
 def _d_erf(g, out, a):
