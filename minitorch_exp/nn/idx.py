@@ -5,9 +5,12 @@ of dimensions), one big-endian uint32 per dimension, then the elements in
 row-major order, big-endian. Files may be gzip-compressed; compression is
 detected from the first two bytes, not from the file name.
 
-The reader never trusts the header: the payload is read in bounded chunks, so
-memory follows the data actually present, and every malformed input raises
-:class:`IDXError` naming the file, the byte offset, and what was expected.
+The reader never trusts the header: a header claiming more than ``max_bytes``
+of element data (default :data:`MAX_BYTES`) is refused before anything is
+read; the payload is then read in bounded chunks, stopping at the claimed size
+(so a gzip bomb decompresses no further than the claim), and memory follows
+the data actually present. Every malformed input raises :class:`IDXError`
+naming the file, the byte offset, and what was expected.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = ["IDXError", "MNIST", "load_mnist", "read_idx"]
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_NDIM = 4
 MAX_ELEMENTS = 2**31
+MAX_BYTES = 2 * 2**30  # default cap on the element data a header may claim
 CHUNK_BYTES = 1 << 20
 
 # Type code -> big-endian dtype of the stored elements.
@@ -47,10 +51,11 @@ class IDXError(ValueError):
 class _Stream:
     """A binary stream that counts the (decompressed) bytes read so far."""
 
-    def __init__(self, fileobj: BinaryIO, path: Path, compressed: bool) -> None:
+    def __init__(self, fileobj: BinaryIO, path: Path, compressed: bool, max_bytes: int) -> None:
         self.fileobj = fileobj
         self.path = path
         self.compressed = compressed
+        self.max_bytes = max_bytes
         self.offset = 0
 
     def error(self, offset: int, expected: str, found: str) -> IDXError:
@@ -96,16 +101,20 @@ def _read_header(stream: _Stream) -> tuple[np.dtype, tuple[int, ...]]:
 
 
 def _check_size(stream: _Stream, dims: tuple[int, ...], dtype: np.dtype) -> None:
-    """Refuse dimension sizes whose product is not a sane element count."""
+    """Refuse dimension sizes whose product is not a sane element or byte count."""
     for i, dim in enumerate(dims):
         if dim >= MAX_ELEMENTS:
             raise stream.error(4 + 4 * i, f"dimension {i} below {MAX_ELEMENTS}", str(dim))
     count = int(np.prod(dims, dtype=object))
+    shape = " x ".join(map(str, dims))
     if count > MAX_ELEMENTS:
-        shape = " x ".join(map(str, dims))
         raise stream.error(
             4, f"at most {MAX_ELEMENTS} elements", f"dimensions {shape} = {count} elements"
         )
+    nbytes = count * dtype.itemsize
+    if nbytes > stream.max_bytes:
+        found = f"dimensions {shape} of {dtype.itemsize}-byte {dtype.name} = {nbytes} bytes"
+        raise stream.error(4, f"at most {stream.max_bytes} bytes of element data", found)
 
 
 def _read_payload(stream: _Stream, nbytes: int) -> bytearray:
@@ -139,18 +148,20 @@ def _read_stream(stream: _Stream) -> np.ndarray:
     return array.astype(dtype.newbyteorder("="), copy=False)
 
 
-def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
+def read_idx(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> np.ndarray:
     """Read an IDX file, raw or gzip-compressed.
 
     Args:
         path: File to read.
+        max_bytes: Largest element data (dimensions x item size, in bytes)
+            the header may claim; larger claims are refused unread.
 
     Returns:
         The array, with the file's shape and dtype in native byte order.
 
     Raises:
         IDXError: The file is malformed (bad magic, type code, sizes, data
-            length, or corrupt gzip).
+            length, or corrupt gzip) or claims more than ``max_bytes``.
         OSError: The file cannot be opened.
     """
     path = Path(path)
@@ -158,9 +169,9 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
         compressed = raw.read(2) == GZIP_MAGIC
         raw.seek(0)
         if not compressed:
-            return _read_stream(_Stream(raw, path, compressed=False))
+            return _read_stream(_Stream(raw, path, False, max_bytes))
         with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-            return _read_stream(_Stream(unzipped, path, compressed=True))
+            return _read_stream(_Stream(unzipped, path, True, max_bytes))
 
 
 class MNIST(NamedTuple):
@@ -223,7 +234,9 @@ def _check_pair(images: np.ndarray, labels: np.ndarray, files: tuple[Path, Path]
                          f"{len(labels)} labels; expected equal counts")
 
 
-def load_mnist(root: str | os.PathLike[str] | None = None) -> MNIST:
+def load_mnist(
+    root: str | os.PathLike[str] | None = None, *, max_bytes: int = MAX_BYTES
+) -> MNIST:
     """Load MNIST (or any dataset in the same layout, e.g. Fashion-MNIST).
 
     Args:
@@ -231,6 +244,7 @@ def load_mnist(root: str | os.PathLike[str] | None = None) -> MNIST:
             uncompressed. When None, searches ``$MINITORCH_DATA`` (and its
             ``mnist`` subfolder), then ``<repo>/data/mnist``, then
             ``./data/mnist``.
+        max_bytes: Passed to :func:`read_idx` for each file.
 
     Returns:
         An :class:`MNIST` tuple of numpy arrays.
@@ -242,7 +256,7 @@ def load_mnist(root: str | os.PathLike[str] | None = None) -> MNIST:
     """
     roots = default_roots() if root is None else [Path(root)]
     files = _find_root(roots)
-    arrays = {key: read_idx(path) for key, path in files.items()}
+    arrays = {key: read_idx(path, max_bytes=max_bytes) for key, path in files.items()}
     for split in ("train", "test"):
         pair = (files[f"{split}_images"], files[f"{split}_labels"])
         _check_pair(arrays[f"{split}_images"], arrays[f"{split}_labels"], pair)
