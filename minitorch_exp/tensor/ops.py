@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -250,7 +251,7 @@ _define("erf", 1, _erf, "erf({0})", "math.erf({0})", result="float", derivative=
 
 # ---- user-defined ops ---------------------------------------------------------
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
 _CUDA_TOKEN_RE = re.compile(
     r"\s+|\{[0-2T]\}|\d+\.?\d*(?:[eE][+-]?\d+)?f?|\.\d+(?:[eE][+-]?\d+)?f?"
     r"|[A-Za-z_][A-Za-z0-9_]*|==|!=|<=|>=|&&|\|\||[-+*/%<>!?:(),]"
@@ -265,36 +266,54 @@ CUDA_FUNCTIONS = frozenset(
 def validate_cuda_expr(snippet: str, arity: int) -> str:
     """Accept only operands, numbers, operators and whitelisted math functions.
 
-    Anything else -- statements, braces, preprocessor lines, comments, strings,
+    Anything else -- statements, braces, preprocessor lines, comments (``//``,
+    ``/*``), increments, commas outside a function's argument list, strings,
     unknown identifiers, or operands beyond the arity -- is refused, so nothing
     a user passes can change the shape of the generated kernel.
     """
     if not isinstance(snippet, str) or not snippet.strip():
         raise ValueError(f"cuda expression: expected one C expression, got {snippet!r}")
+    for bad in ("//", "/*", "*/", "++", "--"):
+        if bad in snippet:
+            raise ValueError(f"cuda expression: {bad!r} is not allowed in {snippet!r} "
+                             "(no comments or increments)")
     pos = 0
-    depth = 0
+    parens: list[bool] = []  # for each open '(': does it hold a function's arguments?
+    previous = ""
     for m in _CUDA_TOKEN_RE.finditer(snippet):
         if m.start() != pos:
             break
         tok = m.group()
         pos = m.end()
-        if tok[0].isalpha() or tok[0] == "_":
-            if tok not in CUDA_FUNCTIONS:
-                raise ValueError(f"cuda expression: identifier {tok!r} is not allowed; "
-                                 f"use {{0}}..{{{arity - 1}}} for operands and one of "
-                                 f"{sorted(CUDA_FUNCTIONS)}")
-        elif tok.startswith("{") and tok != "{T}" and int(tok[1]) >= arity:
-            raise ValueError(f"cuda expression: operand {tok} but the op takes {arity}")
-        depth += tok == "("
-        depth -= tok == ")"
-        if depth < 0:
-            raise ValueError(f"cuda expression: unbalanced ')' in {snippet!r}")
+        if tok.isspace():
+            continue
+        _check_cuda_token(tok, snippet, arity, parens, previous)
+        previous = tok
     if pos != len(snippet):
         raise ValueError(f"cuda expression: unexpected text at position {pos} in {snippet!r}: "
                          f"{snippet[pos:pos + 10]!r}")
-    if depth:
+    if parens:
         raise ValueError(f"cuda expression: unbalanced '(' in {snippet!r}")
     return snippet
+
+
+def _check_cuda_token(tok: str, snippet: str, arity: int, parens: list, previous: str) -> None:
+    if tok[0].isalpha() or tok[0] == "_":
+        if tok not in CUDA_FUNCTIONS:
+            raise ValueError(f"cuda expression: identifier {tok!r} is not allowed; "
+                             f"use {{0}}..{{{arity - 1}}} for operands and one of "
+                             f"{sorted(CUDA_FUNCTIONS)}")
+    elif tok.startswith("{") and tok != "{T}" and int(tok[1]) >= arity:
+        raise ValueError(f"cuda expression: operand {tok} but the op takes {arity}")
+    elif tok == "(":
+        parens.append(previous in CUDA_FUNCTIONS)
+    elif tok == ")":
+        if not parens:
+            raise ValueError(f"cuda expression: unbalanced ')' in {snippet!r}")
+        parens.pop()
+    elif tok == "," and not (parens and parens[-1]):
+        raise ValueError(f"cuda expression: ',' outside a function's arguments in {snippet!r} "
+                         "(the comma operator is not allowed)")
 
 
 def register_op(name: str, numpy_fn: Callable, cuda: str, *, arity: int = 1,
@@ -317,8 +336,9 @@ def register_op(name: str, numpy_fn: Callable, cuda: str, *, arity: int = 1,
     Returns:
         The ``OpDef``; call it with ``apply_op(name, *operands)`` or ``mt.op(name)``.
     """
-    if not isinstance(name, str) or not _NAME_RE.match(name) or keyword.iskeyword(name):
-        raise ValueError(f"op name must match {_NAME_RE.pattern}, got {name!r}")
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or keyword.iskeyword(name):
+        raise ValueError(f"op name must be a lower-case identifier matching "
+                         f"{_NAME_RE.pattern!r} in full, got {name!r}")
     if name in OPS:
         raise ValueError(f"an op named {name!r} is already registered")
     if arity not in (1, 2, 3):
@@ -330,9 +350,38 @@ def register_op(name: str, numpy_fn: Callable, cuda: str, *, arity: int = 1,
     validate_cuda_expr(cuda, arity)
     if py is not None:
         raise ValueError("py templates are for built-in ops; user ops are compiled from numpy_fn")
-    op = OpDef(name, arity, numpy_fn, cuda, None, result, derivative, builtin=False)
+    op = OpDef(name, arity, _frozen(numpy_fn), cuda, None, result, derivative, builtin=False)
     OPS[name] = op
     return op
+
+
+def _frozen(fn: Callable) -> Callable:
+    """``fn`` with the module globals and closure values it has now.
+
+    numba compiles a global's or a closed-over variable's value into the kernel;
+    NumPy would read it again on every call. A copy of the function over a
+    snapshot of both makes every backend compute with the values of
+    registration time (a mutable object, such as an array, is still shared).
+    """
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    cells = fn.__closure__
+    if cells is not None:
+        cells = tuple(types.CellType(c.cell_contents) if _cell_filled(c) else c for c in cells)
+    copy = types.FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__,
+                              fn.__defaults__, cells)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = fn.__qualname__
+    copy.__module__ = fn.__module__
+    return copy
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:  # not assigned yet
+        return False
+    return True
 
 
 def unregister_op(name: str) -> None:
