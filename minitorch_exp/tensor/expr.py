@@ -62,7 +62,7 @@ def _operator(name: str, reflected: bool = False):
     def method(self, other):
         if type(other) in _WEAK_STANDIN:
             scalar = _SCALARS.get((type(other), other))
-            other = scalar if scalar is not None else Scalar.interned(other)
+            other = scalar if scalar is not None else _new_scalar(name, self, other)
         elif not isinstance(other, Exp):
             return binary(name, other, self) if reflected else binary(name, self, other)
         return Map(op, (other, self) if reflected else (self, other))
@@ -314,6 +314,8 @@ class Scalar(Exp):
     _DEFAULT_DTYPES = {float: dtypes.float64, int: dtypes.int64, bool: dtypes.bool_}
 
     def __init__(self, value):
+        if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+            value = float(value)  # as NumPy does when it meets a float array
         self.value = value
         self.dtype = self._DEFAULT_DTYPES.get(type(value)) or dtypes.result_type(value)
 
@@ -414,6 +416,23 @@ class Map(Exp):
                     return None
             args.append(a)
         return Map(self.op, tuple(args))
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _new_scalar(name: str, tensor: Exp, value) -> Scalar:
+    """The Scalar for a number an operator meets for the first time (then interned).
+
+    A Python int beyond int64 meets a float tensor as a float, and is refused by an
+    integer one (NumPy's rule; kernels take ints as int64).
+    """
+    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+        if tensor.dtype.kind != "f":
+            raise OverflowError(f"{name}: Python integer {value} is out of bounds for "
+                                f"{tensor.dtype.name} (operand: {operand_str(tensor)})")
+        return Scalar(value)
+    return Scalar.interned(value)
 
 
 def _map_operand(a) -> tuple:
