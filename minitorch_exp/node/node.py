@@ -31,7 +31,7 @@ MAX_FUSED_OPS = 32
 class Node:
     """A differentiable tensor, PyTorch-shaped: ``shape``, ``grad``, ``backward()``..."""
 
-    __slots__ = ("_value", "grad", "requires_grad", "grad_fn", "_lazy_ops", "_reads", "_guard",
+    __slots__ = ("_value", "_grad", "requires_grad", "grad_fn", "_lazy_ops", "_reads", "_guard",
                  "grad_buffer", "__weakref__")
     __array_priority__ = 200
     __hash__ = object.__hash__
@@ -40,7 +40,7 @@ class Node:
         if not isinstance(value, Exp):
             raise TypeError(f"Node wraps a Tensor or an expression, got {type(value).__name__}")
         self._value = value
-        self.grad: Node | None = None
+        self._grad: Node | None = None
         self.requires_grad = requires_grad
         self.grad_fn = None
         self._lazy_ops = 0
@@ -67,6 +67,15 @@ class Node:
                 t.storage.add_reader(self._guard)
             return t
         return v
+
+    @property
+    def grad(self) -> Node | None:
+        """The gradient backward accumulated into this leaf (None until then)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        self._grad = None if value is None else _checked_grad(self, value)
 
     def realize(self) -> Node:
         _ = self.value  # evaluates a lazy value, once
@@ -213,6 +222,25 @@ class Node:
                                "recorded; do it under `with mt.no_grad():`, or build the "
                                "result with mt.where / mt.cat / mt.stack")
         self.value[key] = value._value if isinstance(value, Node) else value
+
+
+def _checked_grad(node: Node, value) -> Node:
+    """``value`` as a gradient of ``node``: a Node (or Tensor) of its shape, dtype, device."""
+    if isinstance(value, Tensor):
+        value = Node(value)
+    elif not isinstance(value, Node):
+        raise TypeError(f".grad must be None or a tensor (Node or Tensor) of the leaf's "
+                        f"shape and dtype, got {type(value).__name__}")
+    if value.shape != node.shape:
+        raise ValueError(f".grad of a tensor of shape {node.shape} must have shape "
+                         f"{node.shape}, got {value.shape}")
+    if value.dtype != node.dtype:
+        raise TypeError(f".grad of a {node.dtype.name} tensor must be {node.dtype.name}, "
+                        f"got {value.dtype.name}")
+    if value.device != node.device:
+        raise ValueError(f".grad of a tensor on {node.device} must be on {node.device}, "
+                         f"got {value.device}")
+    return value
 
 
 def _needs_grad(x) -> bool:

@@ -1,0 +1,56 @@
+"""Edge cases of the Node API, each checked against PyTorch's (or NumPy's) behaviour.
+
+Where torch is installed the tests compare with it; they also assert the value
+torch gives as a literal (derived from the math), so they run without torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch_exp as mt
+from minitorch_exp import tensor as T
+
+# ---- .grad accepts None or a tensor like the leaf (item 3) --------------------------
+
+
+def test_grad_setter_rejects_a_number_and_backward_still_works():
+    a = mt.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match=r"\.grad.*None or a tensor.*float"):
+        a.grad = 0.0
+    assert a.grad is None
+    (a * 2).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [2.0, 2.0])
+
+
+def test_grad_setter_checks_shape_and_dtype():
+    a = mt.tensor([1.0, 2.0], requires_grad=True)  # float32, shape (2,)
+    with pytest.raises(ValueError, match=r"shape \(2,\).*\(3,\)"):
+        a.grad = mt.zeros(3)
+    with pytest.raises(TypeError, match=r"float32.*float64"):
+        a.grad = mt.zeros(2, dtype=mt.float64)
+    assert a.grad is None
+
+
+def test_grad_setter_accepts_a_node_a_tensor_or_none():
+    a = mt.tensor([1.0, 2.0], requires_grad=True)
+    g = mt.ones(2)
+    a.grad = g
+    assert a.grad is g
+    (a * 3).sum().backward()  # accumulates into the tensor that was set, as torch does
+    np.testing.assert_array_equal(g.numpy(), [4.0, 4.0])
+    a.grad = T.zeros((2,))  # a Tensor-level value is wrapped
+    assert isinstance(a.grad, mt.Node)
+    a.grad = None
+    assert a.grad is None
+
+
+def test_grad_setter_matches_torch_in_what_it_refuses():
+    torch = pytest.importorskip("torch")
+    t = torch.tensor([1.0, 2.0], requires_grad=True)
+    for bad in (torch.zeros(3), torch.zeros(2, dtype=torch.float64)):
+        with pytest.raises(RuntimeError):
+            t.grad = bad
+    with pytest.raises(TypeError):
+        t.grad = 0.0
