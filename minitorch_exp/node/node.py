@@ -75,7 +75,7 @@ class Node:
 
     @grad.setter
     def grad(self, value) -> None:
-        self._grad = None if value is None else _checked_grad(self, value)
+        self._grad = None if value is None else _checked_like(self, value, ".grad")
 
     def realize(self) -> Node:
         _ = self.value  # evaluates a lazy value, once
@@ -89,6 +89,15 @@ class Node:
     def data(self) -> Tensor:
         """The underlying Tensor, outside the graph (writes to it are not recorded)."""
         return self.value
+
+    @data.setter
+    def data(self, value) -> None:
+        """Make ``value`` (same shape, dtype, device) this Node's Tensor, sharing its memory
+        as PyTorch does; ``p.data += g`` ends here with the Tensor it already holds."""
+        t = _checked_like(self, value, ".data").value
+        if t is not self._value:
+            self._value = t
+            self._lazy_ops, self._reads = 0, None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -224,21 +233,23 @@ class Node:
         self.value[key] = value._value if isinstance(value, Node) else value
 
 
-def _checked_grad(node: Node, value) -> Node:
-    """``value`` as a gradient of ``node``: a Node (or Tensor) of its shape, dtype, device."""
+def _checked_like(node: Node, value, what: str) -> Node:
+    """``value`` as the ``what`` (".grad", ".data") of ``node``: a Node (or Tensor) of
+    its shape, dtype and device, else TypeError/ValueError naming both."""
     if isinstance(value, Tensor):
         value = Node(value)
     elif not isinstance(value, Node):
-        raise TypeError(f".grad must be None or a tensor (Node or Tensor) of the leaf's "
+        none = "None or " if what == ".grad" else ""
+        raise TypeError(f"{what} must be {none}a tensor (Node or Tensor) of the leaf's "
                         f"shape and dtype, got {type(value).__name__}")
     if value.shape != node.shape:
-        raise ValueError(f".grad of a tensor of shape {node.shape} must have shape "
+        raise ValueError(f"{what} of a tensor of shape {node.shape} must have shape "
                          f"{node.shape}, got {value.shape}")
     if value.dtype != node.dtype:
-        raise TypeError(f".grad of a {node.dtype.name} tensor must be {node.dtype.name}, "
+        raise TypeError(f"{what} of a {node.dtype.name} tensor must be {node.dtype.name}, "
                         f"got {value.dtype.name}")
     if value.device != node.device:
-        raise ValueError(f".grad of a tensor on {node.device} must be on {node.device}, "
+        raise ValueError(f"{what} of a tensor on {node.device} must be on {node.device}, "
                          f"got {value.device}")
     return value
 

@@ -54,3 +54,47 @@ def test_grad_setter_matches_torch_in_what_it_refuses():
             t.grad = bad
     with pytest.raises(TypeError):
         t.grad = 0.0
+
+
+# ---- .data is settable (item 2) --------------------------------------------------------
+
+
+def test_data_inplace_add_updates_the_leaf():
+    p = mt.tensor([1.0, 2.0], requires_grad=True)
+    g = mt.tensor([0.5, 0.5])
+    p.data += g.data  # ``tmp = p.data; tmp += ...; p.data = tmp``: the setter sees tmp
+    np.testing.assert_array_equal(p.numpy(), [1.5, 2.5])
+    p.data -= 0.5
+    np.testing.assert_array_equal(p.numpy(), [1.0, 2.0])
+
+
+def test_data_assignment_replaces_the_value_sharing_memory_as_torch_does():
+    p = mt.tensor([1.0, 2.0], requires_grad=True)
+    new = T.tensor([7.0, 8.0])
+    p.data = new
+    assert p.data is new and p.requires_grad and p.is_leaf
+    new[0] = 5.0  # the value is ``new`` itself, not a copy
+    np.testing.assert_array_equal(p.numpy(), [5.0, 8.0])
+    p.data = mt.tensor([3.0, 4.0])  # a Node gives its value
+    (p * p).sum().backward()
+    np.testing.assert_array_equal(p.grad.numpy(), [6.0, 8.0])
+
+
+def test_data_assignment_matches_torch_aliasing():
+    torch = pytest.importorskip("torch")
+    t = torch.tensor([1.0, 2.0], requires_grad=True)
+    new = torch.tensor([7.0, 8.0])
+    t.data = new
+    new[0] = 5.0
+    assert t.tolist() == [5.0, 8.0]
+
+
+def test_data_assignment_checks_type_shape_and_dtype():
+    p = mt.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match=r"\.data.*tensor.*float"):
+        p.data = 1.0
+    with pytest.raises(ValueError, match=r"shape \(2,\).*\(3,\)"):
+        p.data = T.zeros((3,))
+    with pytest.raises(TypeError, match=r"float32.*float64"):
+        p.data = T.zeros((2,), dtype=T.float64)
+    np.testing.assert_array_equal(p.numpy(), [1.0, 2.0])
