@@ -11,7 +11,9 @@ and surfaces as a NaN loss many steps on. Inside ``with mt.detect_anomaly():``
   checked the same way, naming the op whose backward produced it.
 
 Realizing each value turns fusion off, so this mode is for finding bugs, not
-for speed (PyTorch's ``detect_anomaly`` is slow for the same reason).
+for speed (PyTorch's ``detect_anomaly`` is slow for the same reason). The mode
+belongs to the thread that enters it: other threads, and threads started
+inside it, are not checked.
 """
 
 from __future__ import annotations
@@ -19,13 +21,21 @@ from __future__ import annotations
 import contextlib
 import linecache
 import sys
+import threading
 
 import numpy as np
 
 from ..tensor.engine import realize
 from ..tensor.expr import Exp, Scalar, as_exp
 
-_state = {"depth": 0}
+
+class _Depth(threading.local):
+    """How many ``detect_anomaly`` blocks this thread is inside (0 in a new thread)."""
+
+    depth = 0
+
+
+_state = _Depth()
 
 
 class AnomalyError(RuntimeError):
@@ -36,16 +46,16 @@ class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801 - used like a f
     """Context manager (and decorator): check every forward and backward value for NaN/Inf."""
 
     def __enter__(self):
-        _state["depth"] += 1
+        _state.depth += 1
         return self
 
     def __exit__(self, *exc):
-        _state["depth"] -= 1
+        _state.depth -= 1
         return False
 
 
 def is_anomaly_enabled() -> bool:
-    return _state["depth"] > 0
+    return _state.depth > 0
 
 
 # ---- where in the user's code ----------------------------------------------------

@@ -112,7 +112,7 @@ def _propagate(ctx, g: Exp, grads: dict) -> None:
 
 def _accumulate(leaf: Node, g: Exp) -> None:
     """Write the gradient into ``leaf.grad`` (a fresh tensor the first time, then ``+=``)."""
-    if capture.GRAD_LOG is not None:  # a captured function's eager runs: see capture.py
+    if capture.grad_log() is not None:  # a captured function's eager runs: see capture.py
         capture.note_grad(leaf)
     if leaf.grad is None:
         dst = leaf.grad_buffer

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 
 from ..tensor import capture as _recording
 from ..tensor.backends import cpu_backend
@@ -56,9 +57,20 @@ from ..tensor.expr import Exp
 from .grad_mode import is_grad_enabled
 from .node import Node
 
-#: While a captured function runs eagerly: ``(leaf, fresh)`` for each gradient backward
-#: writes into a leaf (``note_grad``).
-GRAD_LOG: list | None = None
+
+class _Log(threading.local):
+    """While a captured function runs eagerly in this thread: ``(leaf, fresh)`` for
+    each gradient backward writes into a leaf (``note_grad``); else None."""
+
+    grads: list | None = None
+
+
+_log = _Log()
+
+
+def grad_log() -> list | None:
+    """The calling thread's gradient log (None: no captured function runs eagerly)."""
+    return _log.grads
 
 
 #: Signatures remembered per captured function. A non-tensor argument is part of the
@@ -80,7 +92,7 @@ class CapturedFunction:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args):
-        if _recording.ACTIVE is not None:  # inside another capture: be part of it
+        if _recording.active() is not None:  # inside another capture: be part of it
             return _detached(self.fn(*args))
         key = _signature(args)
         step = self._steps.get(key)
@@ -117,12 +129,11 @@ def _leaves(log: list) -> list:
 
 @contextlib.contextmanager
 def _logging_grads():
-    global GRAD_LOG
-    GRAD_LOG = log = []
+    _log.grads = log = []
     try:
         yield log
     finally:
-        GRAD_LOG = None
+        _log.grads = None
 
 
 class _Step:
@@ -180,8 +191,8 @@ def note_grad(leaf) -> None:
     the same step), so that replays start from the same state.
     """
     grad = leaf.grad
-    rec = _recording.ACTIVE
-    GRAD_LOG.append((leaf, grad is None or (rec is not None and rec.wrote(grad.value.storage))))
+    rec = _recording.active()
+    _log.grads.append((leaf, grad is None or (rec is not None and rec.wrote(grad.value.storage))))
 
 
 # ---- arguments and results ----------------------------------------------------------

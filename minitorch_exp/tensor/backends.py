@@ -78,8 +78,8 @@ def _cpu_backend(name: str):
 def backend_for(device):
     """The backend that evaluates on ``device`` (recording its kernels during a capture)."""
     backend = device_backend(device)
-    if capture.ACTIVE is not None:
-        return capture.RecordingBackend(backend, capture.ACTIVE)
+    if capture.active() is not None:
+        return capture.RecordingBackend(backend, capture.active())
     return backend
 
 

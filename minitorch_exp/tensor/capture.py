@@ -18,6 +18,11 @@ read back to the host. Two rules keep that honest while recording:
   NumPy scatter-add, an optimizer step whose learning rate and step count
   change) goes through ``host_op``, which runs it and records it.
 
+Recording belongs to a thread: ``recording()`` collects the kernels the thread
+that entered it launches, and another thread running meanwhile neither
+records nor is refused its host reads. ``active()`` is the calling thread's
+recording, or None.
+
 The user-facing wrapper for a whole training step is ``node/capture.py``.
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 
 from .counters import count
 from .expr import RVALUE, Cast, Map, Reduce, Scalar
@@ -88,25 +94,36 @@ class Recording:
         return len(self.calls)
 
 
-#: The recording in progress, or None. The engine and the backends read it.
-ACTIVE: Recording | None = None
+class _Current(threading.local):
+    """The recording in progress in this thread, or None (in a new thread: None)."""
+
+    rec: Recording | None = None
+
+
+_current = _Current()
+
+
+def active() -> Recording | None:
+    """The recording in progress in the calling thread, or None. The engine, the
+    backends and the tensor factories ask it before each kernel they launch."""
+    return _current.rec
 
 
 @contextlib.contextmanager
 def recording():
-    """Record every kernel launched inside the ``with`` block into a new Recording."""
-    global ACTIVE
-    if ACTIVE is not None:
+    """Record every kernel this thread launches inside the ``with`` block into a new
+    Recording (kernels other threads launch meanwhile are not part of it)."""
+    if _current.rec is not None:
         raise CaptureError("a capture is already recording; captures do not nest")
-    ACTIVE = rec = Recording()
+    _current.rec = rec = Recording()
     try:
         yield rec
     finally:
-        ACTIVE = None
+        _current.rec = None
 
 
 def is_recording() -> bool:
-    return ACTIVE is not None
+    return _current.rec is not None
 
 
 def host_op(fn, *written_storages) -> None:
@@ -117,18 +134,17 @@ def host_op(fn, *written_storages) -> None:
     it writes are computed first, while recording, so that replays compute
     them too.
     """
-    global ACTIVE
-    rec = ACTIVE
+    rec = _current.rec
     if rec is None:
         fn()
         return
     for storage in written_storages:
         storage.before_write()
-    ACTIVE = None
+    _current.rec = None
     try:
         fn()
     finally:
-        ACTIVE = rec
+        _current.rec = rec
     rec.add(fn, (), *written_storages)
 
 

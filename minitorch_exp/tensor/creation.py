@@ -42,8 +42,8 @@ def _written_on_host(shape, dtype, device, write, arg) -> Tensor:
     numbers); while capturing, every replay runs it again (see ``capture.host_op``)."""
     t = new_empty(shape, dtype, device)
     write(t, arg)
-    if capture.ACTIVE is not None:
-        capture.ACTIVE.add(write, (t, arg), t.storage)
+    if capture.active() is not None:
+        capture.active().add(write, (t, arg), t.storage)
     return t
 
 

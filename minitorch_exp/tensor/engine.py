@@ -73,8 +73,8 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         dst.storage.before_write()
         counters.count(dst.device.type, "fused")
         fn(*args)
-        if capture.ACTIVE is not None:
-            capture.ACTIVE.add(fn, args, dst.storage, tally=(dst.device.type, "fused"))
+        if capture.active() is not None:
+            capture.active().add(fn, args, dst.storage, tally=(dst.device.type, "fused"))
         return
     maybe_elementwise = e.kind != COMPLEX
     if maybe_elementwise and type(e) is not Scalar and type(dst) is Tensor \
@@ -124,7 +124,7 @@ def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
     dst.storage.before_write()
     operands = [dst, *leaves]
     call = launch.run(operands, scalars)
-    if capture.ACTIVE is not None:
+    if capture.active() is not None:
         _record(call, launch, operands, scalars, [dst])
     if prepare and call is not None and e.kind == MAPPER:
         e.prepared = (dst, saver, _expr.EPOCH, *call)
@@ -135,9 +135,9 @@ def _record(call, launch, operands, scalars, dsts) -> None:
     none (a private copy, an evaluator that plans each time; the run counts itself)."""
     storages = [d.storage for d in dsts]
     if call is None:
-        capture.ACTIVE.add(launch.run, (operands, scalars), *storages)
+        capture.active().add(launch.run, (operands, scalars), *storages)
     else:
-        capture.ACTIVE.add(*call, *storages, tally=(dsts[0].device.type, "fused"))
+        capture.active().add(*call, *storages, tally=(dsts[0].device.type, "fused"))
 
 
 def forget_launches() -> None:
@@ -211,7 +211,7 @@ def _run_group(items) -> bool:
         return False
     operands = [*dsts, *leaves]
     call = launch.run(operands, scalars)
-    if capture.ACTIVE is not None:
+    if capture.active() is not None:
         _record(call, launch, operands, scalars, dsts)
     return True
 

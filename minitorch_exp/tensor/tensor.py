@@ -67,7 +67,7 @@ class Tensor(Exp):
     # ---- the NumPy (or CuPy) view of this tensor ------------------------------
     def numpy(self) -> np.ndarray:
         """The elements as a NumPy array sharing memory (copied to host for cuda)."""
-        if capture.ACTIVE is not None:
+        if capture.active() is not None:
             raise capture.host_read_error("numpy()")
         if self.device.type != "cpu":
             return self.device.xp.asnumpy(self.array)
@@ -241,8 +241,8 @@ def _advanced_index(t: Tensor, key) -> Tensor:
     except IndexError as err:
         raise IndexError(f"index into a tensor of shape {t.shape}: {err}") from None
     out = _wrap_array(result.copy(), t.device)  # not a constant of a capture: recorded below
-    if capture.ACTIVE is not None:  # a gather by the array module: replays must repeat it
-        capture.ACTIVE.add(_gather, (out.array, t.array, index), out.storage)
+    if capture.active() is not None:  # a gather by the array module: replays must repeat it
+        capture.active().add(_gather, (out.array, t.array, index), out.storage)
     return out
 
 
@@ -276,8 +276,8 @@ def from_array(arr, device: Device = CPU) -> Tensor:
     the tensor is a constant of the capture (see ``capture.Recording``).
     """
     t = _wrap_array(arr, device)
-    if capture.ACTIVE is not None:
-        capture.ACTIVE.note_constant(t.storage)
+    if capture.active() is not None:
+        capture.active().note_constant(t.storage)
     return t
 
 
