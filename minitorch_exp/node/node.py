@@ -49,8 +49,8 @@ class Node:
         #: Where backward writes this leaf's next gradient when ``grad`` is None (an
         #: optimizer's flat buffer, see nn/optim.py); None: a fresh tensor each time.
         self.grad_buffer = None
-        if requires_grad and value.dtype.kind != "f":
-            raise TypeError(f"only float tensors can require gradients, got {value.dtype.name}")
+        if requires_grad:
+            _check_float(value.dtype)
 
     # ---- the value ----------------------------------------------------------
     @property
@@ -160,6 +160,8 @@ class Node:
     def requires_grad_(self, flag: bool = True) -> Node:
         if not self.is_leaf:
             raise RuntimeError("requires_grad_ can only change leaf nodes")
+        if flag:
+            _check_float(self.dtype)
         self.requires_grad = flag
         return self
 
@@ -252,6 +254,17 @@ def _checked_like(node: Node, value, what: str) -> Node:
         raise ValueError(f"{what} of a tensor on {node.device} must be on {node.device}, "
                          f"got {value.device}")
     return value
+
+
+class NotFloatError(RuntimeError, TypeError):
+    """Raised when a non-float tensor is asked to require grad: PyTorch raises a
+    RuntimeError there, and a TypeError is what a wrong dtype is in Python."""
+
+
+def _check_float(dtype) -> None:
+    if dtype.kind != "f":
+        raise NotFloatError(f"only floating point tensors can require gradients, got dtype "
+                            f"{dtype.name}; convert with .astype(mt.float32) first")
 
 
 def _needs_grad(x) -> bool:

@@ -98,3 +98,26 @@ def test_data_assignment_checks_type_shape_and_dtype():
     with pytest.raises(TypeError, match=r"float32.*float64"):
         p.data = T.zeros((2,), dtype=T.float64)
     np.testing.assert_array_equal(p.numpy(), [1.0, 2.0])
+
+
+# ---- only floating point tensors can require gradients (item 4) -----------------------
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "bool"])
+def test_requires_grad_on_an_integer_or_bool_tensor_is_refused(dtype):  # TypeError too
+    expected = rf"only floating point tensors can require gradients.*{dtype}"
+    x = mt.zeros(2, dtype=dtype)
+    with pytest.raises(RuntimeError, match=expected):
+        x.requires_grad_()
+    assert not x.requires_grad
+    assert x.requires_grad_(False) is x  # turning it off is always allowed
+    with pytest.raises(RuntimeError, match=expected):
+        mt.zeros(2, dtype=dtype, requires_grad=True)
+    with pytest.raises(RuntimeError, match=expected):
+        mt.tensor([1, 0], dtype=dtype, requires_grad=True)
+
+
+def test_requires_grad_on_an_integer_tensor_is_refused_by_torch_too():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.zeros(2, dtype=torch.int64).requires_grad_()
