@@ -3,7 +3,9 @@
 Defaults (784-256-10, ReLU, SGD with momentum 0.9, lr 0.1, cosine schedule,
 batch 128, 10 epochs) reach about 98% test accuracy in well under a minute on
 two CPU cores. Every epoch is evaluated on the test set and checkpointed;
-``--resume`` continues a run exactly where it stopped.
+``--resume`` continues a run exactly where it stopped. Ctrl-C stops training
+after the current batch, saves a checkpoint of that state and prints the
+command that resumes it (a second Ctrl-C stops at once, saving nothing).
 
     python examples/mnist_mlp.py                      # train with the defaults
     python examples/mnist_mlp.py --epochs 3 --optimizer adam --lr 1e-3
@@ -13,7 +15,10 @@ two CPU cores. Every epoch is evaluated on the test set and checkpointed;
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
+import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -29,22 +34,24 @@ MEAN, STD = 0.1307, 0.3081  # pixel statistics of the MNIST training set
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--epochs", type=int, default=10, help="passes over the training set")
     parser.add_argument("--batch-size", type=int, default=128, help="examples per step")
     parser.add_argument("--lr", type=float, default=0.1, help="initial learning rate")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
-                        help="sgd (momentum 0.9, the default) or adam")
+                        help="sgd (with momentum 0.9) or adam")
     parser.add_argument("--hidden", type=int, nargs="+", default=[256],
                         help="hidden layer widths, e.g. --hidden 512 256")
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda' (needs CuPy)")
     parser.add_argument("--seed", type=int, default=0, help="seed for init and shuffling")
     parser.add_argument("--data-dir", default=None,
-                        help="folder with MNIST-format IDX files (default: the repo's data/mnist)")
+                        help="folder with MNIST-format IDX files; None searches "
+                             "$MINITORCH_DATA, then the repo's data/mnist")
     parser.add_argument("--out", default="runs/mnist_mlp",
                         help="folder for the checkpoint and the figures")
     parser.add_argument("--resume", default=None,
-                        help="checkpoint to continue from (same flags, more --epochs)")
+                        help="checkpoint to continue from (same flags, or more --epochs)")
     parser.add_argument("--no-capture", action="store_true",
                         help="run every training step eagerly instead of replaying its "
                              "captured kernels (same numbers, slower; for debugging)")
@@ -102,20 +109,66 @@ def make_train_step(model, optimizer, captured: bool = True):
     return mt.capture(train_step) if captured else train_step
 
 
-def train_epoch(train_step, loader, epoch: int, epochs: int):
-    seen, correct, loss_sum = 0, 0, 0.0
-    start = time.perf_counter()
-    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{epochs}", unit="batch", leave=True,
-               dynamic_ncols=True, mininterval=0.5, disable=None)
-    for x, y in bar:
-        loss, n_correct = train_step(x, y)
-        n = y.shape[0]
-        seen += n
-        loss_sum += loss.item() * n
-        correct += n_correct.item()
-        bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct / seen:.2%}",
-                        samples_s=f"{seen / (time.perf_counter() - start):,.0f}", refresh=False)
-    return loss_sum / seen, correct / seen, seen / (time.perf_counter() - start)
+class Interrupted(Exception):
+    """Training stopped between two batches; ``progress`` is the epoch's so far."""
+
+    def __init__(self, progress: dict) -> None:
+        super().__init__(f"interrupted after {progress['batches']} batches")
+        self.progress = progress
+
+
+class StopRequest:
+    """While active, a first Ctrl-C only asks training to stop between two batches
+    (so the state it saves is consistent); a second one interrupts at once. A
+    process started with SIGINT ignored (e.g. a background job) keeps ignoring it."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __enter__(self) -> StopRequest:
+        self.previous = signal.getsignal(signal.SIGINT)
+        if self.previous is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, self.handle)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        signal.signal(signal.SIGINT, self.previous)
+
+    def handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+
+def train_epoch(train_step, loader, epoch: int, epochs: int, progress: dict | None = None,
+                stop=None):
+    """Train one epoch; return its mean loss, accuracy and samples per second.
+
+    ``progress`` (``batches``, ``seen``, ``correct``, ``loss_sum``) continues an
+    epoch that stopped after its first ``batches`` batches. When ``stop()`` is
+    true before a batch, raises :class:`Interrupted` with the progress so far.
+    """
+    done = dict(progress or {"batches": 0, "seen": 0, "correct": 0, "loss_sum": 0.0})
+    seen_before, start = done["seen"], time.perf_counter()
+    batches = itertools.islice(loader, done["batches"], None)
+    with tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", unit="batch", leave=True,
+              total=len(loader), initial=done["batches"], dynamic_ncols=True,
+              mininterval=0.5, disable=None) as bar:
+        for x, y in bar:
+            if stop is not None and stop():
+                raise Interrupted(done)
+            loss, n_correct = train_step(x, y)
+            n = y.shape[0]
+            done["batches"] += 1
+            done["seen"] += n
+            done["loss_sum"] += loss.item() * n
+            done["correct"] += n_correct.item()
+            speed = (done["seen"] - seen_before) / (time.perf_counter() - start)
+            bar.set_postfix(loss=f"{done['loss_sum'] / done['seen']:.4f}",
+                            acc=f"{done['correct'] / done['seen']:.2%}",
+                            samples_s=f"{speed:,.0f}", refresh=False)
+    speed = (done["seen"] - seen_before) / (time.perf_counter() - start)
+    return done["loss_sum"] / done["seen"], done["correct"] / done["seen"], speed
 
 
 def save_figures(history: dict, images, labels, predictions, out: Path) -> list[Path]:
@@ -155,58 +208,133 @@ def save_figures(history: dict, images, labels, predictions, out: Path) -> list[
     return [curves, grid]
 
 
+def plural(n: int, word: str) -> str:
+    """``1 epoch``, ``2 epochs``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def resume_command(args: argparse.Namespace, checkpoint: Path) -> str:
+    """The command line that continues this run from ``checkpoint``."""
+    defaults = vars(parse_args([]))
+    words = ["python", sys.argv[0]]
+    for name, value in vars(args).items():
+        if name == "resume" or value == defaults[name]:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag)
+        elif isinstance(value, list):
+            words += [flag, *map(str, value)]
+        else:
+            words += [flag, str(value)]
+    return shlex.join([*words, "--resume", str(checkpoint)])
+
+
+class Run:
+    """The training state a checkpoint holds, and where it is written."""
+
+    def __init__(self, args: argparse.Namespace, train_x: np.ndarray, train_y: np.ndarray):
+        mt.manual_seed(args.seed)
+        self.args = args
+        self.model = build_model(args.hidden).to(args.device)
+        if args.optimizer == "sgd":
+            self.optimizer = nn.optim.SGD(self.model.parameters(), lr=args.lr, momentum=0.9)
+        else:
+            self.optimizer = nn.optim.Adam(self.model.parameters(), lr=args.lr)
+        self.scheduler = nn.optim.CosineAnnealingLR(self.optimizer, T_max=args.epochs)
+        self.loader = nn.DataLoader(nn.TensorDataset(train_x, train_y),
+                                    batch_size=args.batch_size, shuffle=True, seed=args.seed,
+                                    device=args.device)
+        self.history = {k: [] for k in ("train_loss", "train_acc", "test_loss", "test_acc")}
+        self.epoch = 0  # epochs completed
+        self.progress: dict | None = None  # of the next epoch, when stopped inside it
+        self.out = Path(args.out)  # created only when something is written into it
+        self.checkpoint = self.out / "checkpoint.npz"
+
+    def resume(self, path: str) -> None:
+        state = mt.load(path)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.history = {k: [float(v) for v in vals] for k, vals in state["history"].items()}
+        self.epoch = self.loader.epoch = int(state["epoch"])
+        self.progress = state.get("progress")
+        print(f"resumed from {path} {self.position()}")
+
+    def position(self) -> str:
+        if self.progress:
+            batches = self.progress["batches"]
+            return f"in epoch {self.epoch + 1} after {batches} of {len(self.loader)} batches"
+        return f"after {plural(self.epoch, 'epoch')}"
+
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        mt.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "history": self.history,
+                 "epoch": self.epoch, "progress": self.progress,
+                 "args": {k: str(v) for k, v in vars(self.args).items()}}, self.checkpoint)
+
+
+def train_epochs(run: Run, train_step, test_x, test_y, stop: StopRequest):
+    """Train up to ``--epochs``, evaluating and checkpointing after each epoch.
+    Returns the last test predictions (None if no epoch ran); raises Interrupted."""
+    predictions = None
+    while run.epoch < run.args.epochs:
+        train_loss, train_acc, speed = train_epoch(train_step, run.loader, run.epoch,
+                                                   run.args.epochs, run.progress,
+                                                   lambda: stop.requested)
+        run.progress = None
+        run.scheduler.step()
+        test_loss, test_acc, predictions = evaluate(run.model, test_x, test_y, run.args.device)
+        for key, value in zip(run.history, (train_loss, train_acc, test_loss, test_acc)):
+            run.history[key].append(value)
+        print(f"epoch {run.epoch + 1}: train loss {train_loss:.4f} acc {train_acc:.2%} | "
+              f"test loss {test_loss:.4f} acc {test_acc:.2%} | {speed:,.0f} samples/s")
+        run.epoch += 1
+        run.save()
+    if stop.requested:  # Ctrl-C while the last epoch was evaluated or saved
+        raise Interrupted({"batches": 0})
+    return predictions
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        return train(args)
+    except KeyboardInterrupt:  # before training, or a second Ctrl-C mid-step
+        print("\ninterrupted; no checkpoint written now", file=sys.stderr)
+        return 130
+
+
+def train(args: argparse.Namespace) -> int:
     data = load_mnist(args.data_dir)
     train_x, test_x = prepare(data.train_images), prepare(data.test_images)
     train_y, test_y = data.train_labels.astype(np.int64), data.test_labels.astype(np.int64)
-
-    mt.manual_seed(args.seed)
-    model = build_model(args.hidden).to(args.device)
-    if args.optimizer == "sgd":
-        optimizer = nn.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    else:
-        optimizer = nn.optim.Adam(model.parameters(), lr=args.lr)
-    scheduler = nn.optim.CosineAnnealingLR(optimizer, T_max=args.epochs)
-    loader = nn.DataLoader(nn.TensorDataset(train_x, train_y), batch_size=args.batch_size,
-                           shuffle=True, seed=args.seed, device=args.device)
-    history = {k: [] for k in ("train_loss", "train_acc", "test_loss", "test_acc")}
-    first_epoch = 0
+    run = Run(args, train_x, train_y)
     if args.resume:
-        state = mt.load(args.resume)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        history = {k: [float(v) for v in vals] for k, vals in state["history"].items()}
-        first_epoch = loader.epoch = int(state["epoch"])
-        print(f"resumed from {args.resume} after epoch {first_epoch}")
-
-    print(f"model: {' -> '.join(str(n) for n in [784, *args.hidden, 10])}, "
-          f"{sum(p.numel() for p in model.parameters()):,} parameters, "
-          f"{args.optimizer} lr={args.lr}, batch {args.batch_size}, device {args.device}")
-    train_step = make_train_step(model, optimizer, captured=not args.no_capture)
-    started = time.perf_counter()
-    checkpoint = out / "checkpoint.npz"
-    predictions = None
-    for epoch in range(first_epoch, args.epochs):
-        train_loss, train_acc, speed = train_epoch(train_step, loader, epoch, args.epochs)
-        scheduler.step()
-        test_loss, test_acc, predictions = evaluate(model, test_x, test_y, args.device)
-        for key, value in zip(history, (train_loss, train_acc, test_loss, test_acc)):
-            history[key].append(value)
-        print(f"epoch {epoch + 1}: train loss {train_loss:.4f} acc {train_acc:.2%} | "
-              f"test loss {test_loss:.4f} acc {test_acc:.2%} | {speed:,.0f} samples/s")
-        mt.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "scheduler": scheduler.state_dict(), "history": history, "epoch": epoch + 1,
-                 "args": {k: str(v) for k, v in vars(args).items()}}, checkpoint)
+        run.resume(args.resume)
+    first_epoch, started = run.epoch, time.perf_counter()
+    train_step = make_train_step(run.model, run.optimizer, captured=not args.no_capture)
+    with StopRequest() as stop:
+        print(f"model: {' -> '.join(str(n) for n in [784, *args.hidden, 10])}, "
+              f"{sum(p.numel() for p in run.model.parameters()):,} parameters, "
+              f"{args.optimizer} lr={args.lr}, batch {args.batch_size}, device {args.device}")
+        try:
+            predictions = train_epochs(run, train_step, test_x, test_y, stop)
+        except Interrupted as stopped:
+            run.progress = stopped.progress if stopped.progress["batches"] else None
+            run.save()
+            print(f"\ninterrupted {run.position()}; saved {run.checkpoint}; continue with: "
+                  f"{resume_command(args, run.checkpoint)}", file=sys.stderr)
+            return 130
     if predictions is None:
-        _, _, predictions = evaluate(model, test_x, test_y, args.device)
-    figures = save_figures(history, data.test_images, test_y, predictions, out)
-    final = history["test_acc"][-1] if history["test_acc"] else float("nan")
-    print(f"\ntrained {args.epochs - first_epoch} epochs in {time.perf_counter() - started:.1f} s")
-    print(f"checkpoint: {checkpoint}")
+        _, _, predictions = evaluate(run.model, test_x, test_y, args.device)
+    run.out.mkdir(parents=True, exist_ok=True)
+    figures = save_figures(run.history, data.test_images, test_y, predictions, run.out)
+    final = run.history["test_acc"][-1] if run.history["test_acc"] else float("nan")
+    print(f"\ntrained {plural(max(0, args.epochs - first_epoch), 'epoch')} "
+          f"in {time.perf_counter() - started:.1f} s")
+    print(f"checkpoint: {run.checkpoint}")
     for path in figures:
         print(f"figure: {path}")
     print(f"test accuracy: {100 * final:.2f}%")
