@@ -34,7 +34,10 @@ How a Plan becomes that loop:
 
 Kernels are Python modules written to a per-user cache directory (named by
 the hash of their source) and compiled with ``numba.njit(cache=True)``, so a
-second run of a script compiles nothing (``compile_stats()`` counts). Each
+second run of a script compiles nothing (``compile_stats()`` counts).
+``kernel_cache`` keeps them: a directory anyone else can write is not used
+(kernels are then compiled in memory), and each file is checked against the
+hash in its name before it is run. Each
 module holds a serial and a ``prange`` variant; the parallel one is compiled
 only when a large enough array first needs it. Cold, a kernel compiles in
 ~0.18 s (serial) / ~0.55 s (parallel); warm, loading one takes ~5 ms, after
@@ -92,12 +95,9 @@ Which evaluator, measured on the 2-core reference machine
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.util
 import os
 import sys
-import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -108,11 +108,12 @@ import numba
 import numpy as np
 
 from . import codegen as C
-from . import dtypes
+from . import dtypes, kernel_cache
 from . import layout as L
 from .backends import EvaluatorLaunch
 from .counters import _COUNTS, count
 from .cpu_numpy import NumpyBackend, overlaps
+from .kernel_cache import cache_dir  # noqa: F401 - cpu_numba.cache_dir still works
 from .ops import OPS
 from .plan import make_plan
 from .tokens import memo
@@ -515,55 +516,10 @@ class _ReduceSpec:
 
 # ---- compiled modules on disk ------------------------------------------------
 
-def cache_dir() -> Path:
-    """Where generated kernel modules (and numba's compiled code) live.
-
-    ``MINITORCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/minitorch_exp/kernels``, else
-    ``~/.cache/minitorch_exp/kernels``; a temporary directory if none is writable.
-    """
-    env = os.environ.get("MINITORCH_CACHE_DIR")
-    if env:
-        path = Path(env)
-    else:
-        root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        path = Path(root) / "minitorch_exp" / "kernels"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        if os.access(path, os.W_OK):
-            return path
-    except OSError:
-        pass
-    fallback = Path(tempfile.gettempdir()) / f"minitorch_exp-{os.getuid()}" / "kernels"
-    fallback.mkdir(parents=True, exist_ok=True)
-    return fallback
-
-
-def _write_once(path: Path, text: str) -> None:
-    """Create ``path`` atomically unless it exists (rewriting would reset numba's cache)."""
-    if path.exists():
-        return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def load_module(source: str, bindings: dict):
-    """Write ``source`` to the cache directory and import it, with ``bindings`` as globals."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:32]
-    name = f"minitorch_kernel_{digest}"
-    path = cache_dir() / f"{name}.py"
-    _write_once(path, source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    module.__dict__.update(bindings)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
+    """The kernel module of ``source`` (``kernel_cache.load_module``: from the checked
+    cache directory, or compiled in memory), counted for ``compile_stats``."""
+    module = kernel_cache.load_module(source, bindings)
     _STATS["generated"] += 1
     _DISPATCHERS.extend([module.serial, module.parallel])
     return module
