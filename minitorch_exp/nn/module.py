@@ -1,4 +1,8 @@
-"""Module and Parameter: containers that find their parameters by looking at attributes."""
+"""Module and Parameter: containers that find their parameters by looking at attributes.
+
+Also the *structure version*: a number that moves whenever a model's structure
+changes (``structure_version``), so that ``mt.capture`` knows to record again.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..node.capture import register_structure_source
 from ..node.node import Node
 from ..tensor.tensor import Tensor, from_array
 
@@ -43,6 +48,93 @@ def _members(value, name: str, kind: type):
                 yield f"{name}.{key}", item
 
 
+# ---- the structure version -----------------------------------------------------------
+
+_version = 0
+
+
+def structure_version() -> int:
+    """Moves whenever any Module's structure changes -- a Module, Parameter or tensor
+    attribute set, replaced or deleted (building a Module sets some), or a list or dict
+    of them on a Module changed -- and whenever an optimizer's ``param_groups`` are
+    replaced or added to."""
+    return _version
+
+
+def structure_changed() -> None:
+    global _version
+    _version += 1
+
+
+register_structure_source(structure_version)  # mt.capture records again when it moves
+
+
+def _is_part(value) -> bool:
+    return isinstance(value, (Module, Node, Tensor))
+
+
+def _holds_parts(value) -> bool:
+    """``value`` is a part of a model (a Module, Parameter, tensor) or a container of one."""
+    if isinstance(value, (list, tuple)):
+        return any(_is_part(v) for v in value)
+    if isinstance(value, dict):
+        return any(_is_part(v) for v in value.values())
+    return _is_part(value)
+
+
+def _noting(method, always: bool):
+    """``method`` of a container that moves the version when the container held, or
+    now holds, parts of a model (``always``: on every call)."""
+    def changed(self, *args):
+        before = always or _holds_parts(self)
+        result = method(self, *args)
+        if before or _holds_parts(self):
+            structure_changed()
+        return result
+
+    changed.__name__ = method.__name__
+    return changed
+
+
+class PartList(list):
+    """A list kept on a Module: changing the Modules or Parameters in it moves the
+    structure version."""
+
+    __slots__ = ()
+
+
+class GroupList(PartList):
+    """An optimizer's ``param_groups``: any change to the list moves the version."""
+
+    __slots__ = ()
+
+
+class PartDict(dict):
+    """A dict kept on a Module: changing the Modules or Parameters in it moves the
+    structure version."""
+
+    __slots__ = ()
+
+
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
+              "insert", "pop", "remove", "clear", "sort", "reverse"):
+    setattr(PartList, _name, _noting(getattr(list, _name), False))
+    setattr(GroupList, _name, _noting(getattr(list, _name), True))
+for _name in ("__setitem__", "__delitem__", "__ior__", "pop", "popitem", "clear", "update",
+              "setdefault"):
+    setattr(PartDict, _name, _noting(getattr(dict, _name), False))
+
+
+def _kept(value):
+    """What a Module keeps for ``value``: an exact list or dict that is empty or holds
+    parts becomes a tracked copy (so that changing it later moves the version)."""
+    if type(value) is list and (not value or _holds_parts(value)):
+        return PartList(value)
+    if type(value) is dict and (not value or _holds_parts(value)):
+        return PartDict(value)
+    return value
+
+
 class Module:
     """Base class of layers and models.
 
@@ -55,6 +147,19 @@ class Module:
 
     def __init__(self):
         object.__setattr__(self, "training", True)
+
+    # Setting, replacing or deleting a Module, Parameter or tensor (or a container of
+    # them) moves the structure version; a list or dict set empty or holding them is
+    # kept as a tracked copy (PartList, PartDict) that moves it when its items change.
+    def __setattr__(self, name: str, value) -> None:
+        if _holds_parts(value) or _holds_parts(vars(self).get(name)):
+            structure_changed()
+        object.__setattr__(self, name, _kept(value))
+
+    def __delattr__(self, name: str) -> None:
+        if _holds_parts(vars(self).get(name)):
+            structure_changed()
+        object.__delattr__(self, name)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")

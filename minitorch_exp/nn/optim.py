@@ -27,6 +27,7 @@ from ..tensor import capture
 from ..tensor.creation import new_empty, zeros_like
 from ..tensor.engine import assign_all
 from ..tensor.expr import sqrt
+from .module import GroupList, structure_changed
 
 
 class Optimizer:
@@ -42,6 +43,13 @@ class Optimizer:
                 if not isinstance(p, Node) or not p.requires_grad:
                     raise TypeError("optimizer params must be Nodes with requires_grad=True")
         self._flat = [FlatGroup.make(g["params"]) for g in self.param_groups]
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "param_groups":  # groups changed later: mt.capture records again
+            if name in vars(self):
+                structure_changed()
+            value = GroupList(value)
+        object.__setattr__(self, name, value)
 
     def _params(self):
         for group in self.param_groups:

@@ -28,6 +28,17 @@ So ``fn``'s Python runs twice per signature. What follows from that:
 * whatever else it does (printing, appending to lists) happens only then, and
   whatever else it depends on (a module's ``train()``/``eval()`` mode, a flag)
   is frozen: call ``reset()`` after changing it;
+* a change of structure since then makes the next call start again from a
+  warm-up: a Module, Parameter or tensor set, replaced or deleted as an
+  attribute of any Module, or in a list or dict kept on one (``model.layers[-1]
+  = nn.Linear(...)``), and an optimizer's ``param_groups`` replaced or added to.
+  nn counts such changes (``nn.module.structure_version``) and registers the
+  count here (``register_structure_source``). Any change counts, in any model
+  (building a Module is one): build models before the loop. Not seen: another
+  object bound to a name ``fn`` reads (a global, a closure; unless building
+  it counted), a group's ``params`` list changed in place, a list or dict
+  nested in another, or one that held no Module or tensor when set and was
+  not empty;
 * reading values inside it raises ``CaptureError``; each call returns new
   detached copies of the tensors ``fn`` returned, to read outside;
 * a parameter that receives a gradient and was given a new value object since
@@ -37,8 +48,11 @@ So ``fn``'s Python runs twice per signature. What follows from that:
   new value object is not noticed: call ``reset()``;
 * a parameter still holding a gradient that ``fn`` does not clear would make
   an eager call add to it where a replay overwrites it: that call runs eagerly;
-* called while another captured function records, it runs eagerly, so that
-  the outer recording sees its kernels;
+* called while another captured function records in the same thread, it runs
+  eagerly, so that the outer recording sees its kernels. Recording, like grad
+  mode, belongs to a thread: another thread's kernels are not recorded. The
+  recordings of one captured function are shared, so call it from one thread
+  at a time;
 * ``opt.step()`` inside is replayed as itself: each replay runs the
   optimizer's step eagerly (its Python and its kernels) at that point, so a
   learning rate changed by a schedule and Adam's step count are seen.
@@ -73,6 +87,22 @@ def grad_log() -> list | None:
     return _log.grads
 
 
+#: Functions that each return a value that changes whenever a model's structure does
+#: (``register_structure_source``; nn registers its counter, so Node need not import nn).
+_STRUCTURE_SOURCES: list = []
+
+
+def register_structure_source(source) -> None:
+    """Have captured functions record again whenever ``source()`` returns a new value
+    (nn registers ``nn.module.structure_version``)."""
+    _STRUCTURE_SOURCES.append(source)
+
+
+def structure_version() -> tuple:
+    """The values of the structure sources: when they change, recordings are dropped."""
+    return tuple(source() for source in _STRUCTURE_SOURCES)
+
+
 #: Signatures remembered per captured function. A non-tensor argument is part of the
 #: signature, so one that changes every call (pass it as a tensor instead) makes every
 #: call a warm-up; past this many, the recordings are dropped rather than piled up.
@@ -89,11 +119,14 @@ class CapturedFunction:
         self.fn = fn
         self._warm: dict = {}   # signature -> the leaves its warm-up wrote gradients into
         self._steps: dict = {}  # signature -> _Step
+        self._version = None    # structure_version() after the last warm-up or recording
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args):
         if _recording.active() is not None:  # inside another capture: be part of it
             return _detached(self.fn(*args))
+        if structure_version() != self._version:  # a model changed: start again
+            self.reset()
         key = _signature(args)
         step = self._steps.get(key)
         if step is not None and not step.stale():
@@ -102,14 +135,19 @@ class CapturedFunction:
             return _detached(self.fn(*args))  # a gradient to add to: eager, as promised
         leaves = self._warm.get(key)
         if leaves is None:
-            if len(self._warm) >= MAX_SIGNATURES:  # bounded, whatever the arguments
-                self.reset()
-            with _logging_grads() as log:
-                out = self.fn(*args)
-            self._warm[key] = _leaves(log)
-            return _detached(out)
+            return self._warm_up(key, args)
         self._steps[key] = step = _Step.record(self.fn, args, leaves)
+        self._version = structure_version()
         return step.results()
+
+    def _warm_up(self, key, args):
+        if len(self._warm) >= MAX_SIGNATURES:  # bounded, whatever the arguments
+            self.reset()
+        with _logging_grads() as log:
+            out = self.fn(*args)
+        self._warm[key] = _leaves(log)
+        self._version = structure_version()  # as the run left it (it may build parts)
+        return _detached(out)
 
     @property
     def recordings(self) -> list:
@@ -137,7 +175,10 @@ def _logging_grads():
 
 
 class _Step:
-    """One signature's recording: its kernels, inputs, outputs and the gradients set."""
+    """One signature's recording: its kernels, inputs, outputs and the gradients set.
+
+    ``structure`` is the nesting of ``fn``'s results (``_flatten``), not the model's.
+    """
 
     def __init__(self, recording, inputs, outputs, structure, grads, self_cleared):
         self.recording, self.inputs, self.outputs = recording, inputs, outputs
