@@ -20,7 +20,13 @@ import numpy as np
 from ..tensor import capture, creation, dtypes
 from ..tensor.engine import evaluate_copy, realize
 from ..tensor.expr import Dot, Exp, apply_op, as_exp
-from ..tensor.layout import broadcast_shapes, infer_shape, normalize_axes, normalize_shape
+from ..tensor.layout import (
+    broadcast_shapes,
+    infer_shape,
+    normalize_axes,
+    normalize_axis,
+    normalize_shape,
+)
 from ..tensor.ops import OPS
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
 from .function import Function
@@ -137,21 +143,21 @@ def view(x: Node, *shape) -> Node:
 
 
 def squeeze(x: Node, axis=None) -> Node:
-    axes = normalize_axes(axis, x.ndim) if axis is not None else None
+    axes = normalize_axes(axis, x.ndim, x.shape) if axis is not None else None
     shape = tuple(n for i, n in enumerate(x.shape)
                   if not (n == 1 and (axes is None or i in axes)))
     return reshape(x, shape)
 
 
 def unsqueeze(x: Node, axis: int) -> Node:
-    axis = axis % (x.ndim + 1)
+    axis = normalize_axis(axis, x.ndim + 1, x.shape)
     return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
 
 
 def flatten(x: Node, start_dim: int = 0, end_dim: int = -1) -> Node:
     if x.ndim == 0:
         return reshape(x, 1)
-    s, e = start_dim % x.ndim, end_dim % x.ndim
+    s, e = (normalize_axis(d, x.ndim, x.shape) for d in (start_dim, end_dim))
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
 
 
@@ -171,12 +177,13 @@ class Permute(Function):
 
 
 def permute(x: Node, *dims) -> Node:
-    dims = tuple(d % x.ndim for d in normalize_shape(dims)) if x.ndim else ()
+    dims = tuple(normalize_axis(d, x.ndim, x.shape) for d in normalize_shape(dims))
     return Permute.apply(x, dims=dims)
 
 
 def transpose(x: Node, i: int = 0, j: int = 1) -> Node:
     dims = list(range(x.ndim))
+    i, j = (normalize_axis(d, x.ndim, x.shape) for d in (i, j))
     dims[i], dims[j] = dims[j], dims[i]
     return permute(x, *dims)
 
@@ -265,7 +272,7 @@ class MaxMin(Function):
 
 
 def _axes(x: Node, axis):
-    return normalize_axes(axis, x.ndim)
+    return normalize_axes(axis, x.ndim, x.shape)
 
 
 def sum(x: Node, axis=None, keepdims: bool = False) -> Node:  # noqa: A001
@@ -446,7 +453,7 @@ def cat(nodes, axis: int = 0) -> Node:
     if not nodes:
         raise ValueError("cat needs at least one tensor")
     ndim = nodes[0].ndim
-    axis = axis % ndim
+    axis = normalize_axis(axis, ndim, nodes[0].shape)
     for n in nodes:
         if n.ndim != ndim or any(a != b for i, (a, b) in enumerate(zip(n.shape, nodes[0].shape))
                                  if i != axis):
@@ -458,7 +465,7 @@ def stack(nodes, axis: int = 0) -> Node:
     nodes = list(nodes)
     if not nodes:
         raise ValueError("stack needs at least one tensor")
-    axis = axis % (nodes[0].ndim + 1)
+    axis = normalize_axis(axis, nodes[0].ndim + 1, nodes[0].shape)
     return cat([unsqueeze(n, axis) for n in nodes], axis)
 
 

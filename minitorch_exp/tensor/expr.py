@@ -27,7 +27,7 @@ import numpy as np
 
 from . import dtypes
 from .device import CPU
-from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_shape
+from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_axis, normalize_shape
 from .ops import OPS, OpDef
 from .tokens import TREE, TreeToken, keep, leaf_tokens
 
@@ -243,7 +243,7 @@ class Exp:
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Exp:
         if self.ndim == 0:
             return self.reshape(1)
-        s, e = start_dim % self.ndim, end_dim % self.ndim
+        s, e = (normalize_axis(d, self.ndim, self.shape) for d in (start_dim, end_dim))
         shape = self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:]
         return self.reshape(shape)
 
@@ -553,7 +553,7 @@ class Reduce(Complex):
         self.realized = None
         if op == "argmax" and axis is not None and not isinstance(axis, int):
             raise ValueError(f"argmax takes one axis or None, got {axis!r}")
-        self.axes = normalize_axes(axis, x.ndim)
+        self.axes = normalize_axes(axis, x.ndim, x.shape)
         self.keepdims = keepdims
         kept = tuple(1 if i in self.axes else n for i, n in enumerate(x.shape))
         if op in ("max", "min", "argmax") and any(x.shape[a] == 0 for a in self.axes):

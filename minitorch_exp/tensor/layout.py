@@ -117,26 +117,41 @@ def broadcast_layout(layout: Layout, shape: Shape) -> Layout:
     return Layout(tuple(shape), tuple(strides), layout.offset)
 
 
-def normalize_axis(axis: int, ndim: int) -> int:
-    if not -ndim <= axis < max(ndim, 1):
-        raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dims")
-    return axis % ndim if ndim else 0
+def normalize_axis(axis, ndim: int, shape: Shape | None = None) -> int:
+    """``axis`` wrapped into ``range(ndim)``; ``shape`` (the tensor's) is for messages.
+
+    Not an int: TypeError. Out of ``[-ndim, ndim - 1]``: IndexError (as PyTorch's). Both
+    name the axis, the valid range and the shape.
+    """
+    try:
+        i = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"axis must be an int or a tuple of ints, got {axis!r} "
+                        f"({type(axis).__name__}){_valid(ndim, shape)}") from None
+    if not -ndim <= i < max(ndim, 1):
+        raise IndexError(f"axis {axis} is out of range{_valid(ndim, shape)}")
+    return i % ndim if ndim else 0
 
 
-def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
-    """``None`` means every axis; ints and tuples of ints are wrapped and checked."""
+def _valid(ndim: int, shape: Shape | None) -> str:
+    """`` for a tensor of shape (2, 3) with 2 dims: expected a value in [-2, 1]``."""
+    of = f"shape {tuple(shape)} with {len(shape)} dims" if shape is not None else f"{ndim} dims"
+    return f" for a tensor of {of}: expected a value in [{-ndim}, {max(ndim, 1) - 1}]"
+
+
+def normalize_axes(axis, ndim: int, shape: Shape | None = None) -> tuple[int, ...]:
+    """``None`` means every axis; an int or a tuple/list of ints is wrapped and checked."""
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, int):
-        axis = (axis,)
-    axes = tuple(normalize_axis(a, ndim) for a in axis)
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    axes = tuple(normalize_axis(a, ndim, shape) for a in items)
     if len(set(axes)) != len(axes):
         raise ValueError(f"repeated axis in {axis}")
     return axes
 
 
 def permute_layout(layout: Layout, dims: tuple[int, ...]) -> Layout:
-    dims = tuple(normalize_axis(d, layout.ndim) for d in dims)
+    dims = tuple(normalize_axis(d, layout.ndim, layout.shape) for d in dims)
     if sorted(dims) != list(range(layout.ndim)):
         raise ValueError(f"permute: {dims} is not a permutation of {layout.ndim} dims")
     return Layout(
@@ -146,7 +161,8 @@ def permute_layout(layout: Layout, dims: tuple[int, ...]) -> Layout:
 
 def transpose_layout(layout: Layout, i: int, j: int) -> Layout:
     dims = list(range(layout.ndim))
-    i, j = normalize_axis(i, layout.ndim), normalize_axis(j, layout.ndim)
+    i = normalize_axis(i, layout.ndim, layout.shape)
+    j = normalize_axis(j, layout.ndim, layout.shape)
     dims[i], dims[j] = dims[j], dims[i]
     return permute_layout(layout, tuple(dims))
 
@@ -169,7 +185,8 @@ def squeeze_layout(layout: Layout, axis=None) -> Layout:
     if axis is None:
         axes = {i for i, n in enumerate(layout.shape) if n == 1}
     else:
-        axes = {a for a in normalize_axes(axis, layout.ndim) if layout.shape[a] == 1}
+        axes = {a for a in normalize_axes(axis, layout.ndim, layout.shape)
+                if layout.shape[a] == 1}
     keep = [i for i in range(layout.ndim) if i not in axes]
     return Layout(
         tuple(layout.shape[i] for i in keep), tuple(layout.strides[i] for i in keep), layout.offset
@@ -177,7 +194,7 @@ def squeeze_layout(layout: Layout, axis=None) -> Layout:
 
 
 def unsqueeze_layout(layout: Layout, axis: int) -> Layout:
-    axis = normalize_axis(axis, layout.ndim + 1)
+    axis = normalize_axis(axis, layout.ndim + 1, layout.shape)
     shape = layout.shape[:axis] + (1,) + layout.shape[axis:]
     strides = layout.strides[:axis] + (0,) + layout.strides[axis:]
     return Layout(shape, strides, layout.offset)

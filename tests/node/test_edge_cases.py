@@ -121,3 +121,68 @@ def test_requires_grad_on_an_integer_tensor_is_refused_by_torch_too():
     torch = pytest.importorskip("torch")
     with pytest.raises(RuntimeError, match="floating point"):
         torch.zeros(2, dtype=torch.int64).requires_grad_()
+
+
+# ---- dims and axes: out of range or not ints (item 6) ---------------------------------
+
+_OUT_OF_RANGE = r"5.*out of range.*\(2, 3\).*\[-2, 1\]"
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: x.transpose(0, 5),
+    lambda x: x.transpose(5, 0),
+    lambda x: x.permute(0, 5),
+    lambda x: x.sum(axis=5),
+    lambda x: x.mean(axis=(0, 5)),
+    lambda x: x.max(axis=5),
+    lambda x: x.squeeze(5),
+    lambda x: x.flatten(0, 5),
+    lambda x: mt.softmax(x, 5),
+    lambda x: mt.cat([x, x], 5),
+], ids=["transpose-j", "transpose-i", "permute", "sum", "mean", "max", "squeeze", "flatten",
+        "softmax", "cat"])
+@pytest.mark.parametrize("level", ["node", "tensor"])
+def test_an_out_of_range_dim_names_it_the_range_and_the_shape(call, level):
+    x = mt.zeros(2, 3)
+    if level == "tensor":
+        if "mt" in call.__code__.co_names:
+            pytest.skip("a Node-level function")
+        x = x.data
+    with pytest.raises(IndexError, match=_OUT_OF_RANGE):
+        call(x)
+
+
+def test_unsqueeze_out_of_range_names_the_range_for_the_new_dim():
+    for x in (mt.zeros(2, 3), mt.zeros(2, 3).data):
+        with pytest.raises(IndexError, match=r"4.*out of range.*\(2, 3\).*\[-3, 2\]"):
+            x.unsqueeze(4)
+    with pytest.raises(IndexError, match=r"-4.*out of range.*\[-3, 2\]"):
+        mt.stack([mt.zeros(2, 3)] * 2, axis=-4)
+
+
+@pytest.mark.parametrize("axis", [1.5, "0", (0, 1.5)])
+@pytest.mark.parametrize("level", ["node", "tensor"])
+def test_an_axis_that_is_not_an_int_is_a_type_error_naming_it(axis, level):
+    x = mt.zeros(2, 3)
+    x = x if level == "node" else x.data
+    with pytest.raises(TypeError, match=r"axis.*int.*got.*(1\.5|'0').*\(2, 3\)"):
+        x.sum(axis=axis)
+
+
+def test_valid_negative_and_tuple_axes_still_work():
+    x = mt.tensor(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(x.sum(axis=-1).numpy(), [3.0, 12.0])
+    np.testing.assert_array_equal(x.transpose(-1, -2).numpy(), np.arange(6.0).reshape(2, 3).T)
+    np.testing.assert_array_equal(x.sum(axis=(0, -1)).numpy(), 15.0)
+    np.testing.assert_array_equal(x.sum(axis=np.int64(0)).numpy(), [3.0, 5.0, 7.0])
+    assert x.unsqueeze(-1).shape == (2, 3, 1) and x.unsqueeze(2).shape == (2, 3, 1)
+    assert mt.stack([x, x], axis=-1).shape == (2, 3, 2)
+
+
+def test_torch_raises_index_error_for_the_same_dims():
+    torch = pytest.importorskip("torch")
+    t = torch.zeros(2, 3)
+    with pytest.raises(IndexError, match=r"\[-2, 1\].*5"):
+        t.transpose(0, 5)
+    with pytest.raises(TypeError):
+        t.sum(dim=1.5)
