@@ -12,6 +12,8 @@ expressions too, so chains of them realize as single fused passes.
 
 from __future__ import annotations
 
+import inspect
+
 from ..tensor.expr import RVALUE, Exp
 from . import anomaly
 from .grad_mode import fusion_enabled, is_grad_enabled
@@ -120,6 +122,10 @@ class Function:
 
     #: Elementwise functions return lazy expressions that may fuse with their consumers.
     lazy = False
+    #: True: non-tensor arguments are keyword attributes only, and one passed positionally
+    #: is refused at the call. False (user Functions, as in PyTorch): it is an input whose
+    #: gradient is None, and also in ``ctx.attrs`` under its forward parameter's name.
+    keyword_attributes = False
     #: A backward that only transposes its gradient may receive an unevaluated matrix
     #: product: ``(A @ B).T`` becomes ``B.T @ A.T``, written by BLAS in the right layout.
     transposes_products = False
@@ -127,7 +133,7 @@ class Function:
     @classmethod
     def apply(cls, *args, **attrs):
         Node = _node.Node
-        needs, values, known = [], [], {}
+        needs, values, known, loose = [], [], {}, False
         for a in args:
             if isinstance(a, Node):
                 needs.append(a.requires_grad)
@@ -137,9 +143,10 @@ class Function:
             else:
                 needs.append(False)
                 values.append(a)
+                loose = loose or not isinstance(a, Exp)
         record = True in needs and is_grad_enabled()
         ctx = Context(cls, tuple(needs), known)
-        ctx.attrs = attrs
+        ctx.attrs = _named_positionals(cls, args, attrs) if loose else attrs
         ctx.keeps_graph = record
         out = cls.forward(ctx, *values, **attrs)
         if isinstance(out, Node):
@@ -153,6 +160,49 @@ class Function:
         if anomaly.is_anomaly_enabled():  # mt.detect_anomaly(): record where; check NaN/Inf
             anomaly.check_forward(ctx, args, node)
         return node
+
+
+#: Function class -> the names of its forward's positional parameters after ctx.
+_POSITIONAL_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _named_positionals(cls, args, attrs: dict) -> dict:
+    """``attrs`` plus each non-tensor passed positionally, under its forward parameter's
+    name: a backward reads ``ctx.attrs["axis"]`` however ``axis`` was passed (PyTorch
+    passes everything positionally). Elementwise's numbers fill ``*values``: no name.
+    A Function with ``keyword_attributes`` refuses them instead (TypeError)."""
+    names = _POSITIONAL_NAMES.get(cls)
+    if names is None:
+        names = _POSITIONAL_NAMES[cls] = _positional_names(cls.forward)
+    if not names and not cls.keyword_attributes:
+        return attrs  # Elementwise's numbers: the everyday case, kept cheap
+    loose = [(i, a) for i, a in enumerate(args) if not isinstance(a, (_node.Node, Exp))]
+    if cls.keyword_attributes:
+        i, a = loose[0]
+        name = names[i] if i < len(names) else "/".join(_keyword_names(cls.forward)) or "name"
+        raise TypeError(f"{cls.__name__}.apply: argument {i + 1} is a {type(a).__name__} "
+                        f"({a!r}), not a tensor; pass it as a keyword: {name}={a!r}")
+    bound = {names[i]: a for i, a in loose if i < len(names) and names[i] not in attrs}
+    return {**attrs, **bound} if bound else attrs
+
+
+def _keyword_names(forward) -> list[str]:
+    params = inspect.signature(forward).parameters.values()
+    return [p.name for p in params if p.kind == inspect.Parameter.KEYWORD_ONLY]
+
+
+def _positional_names(forward) -> tuple[str, ...]:
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    try:
+        params = list(inspect.signature(forward).parameters.values())[1:]  # after ctx
+    except (TypeError, ValueError):  # no signature to read (a builtin)
+        return ()
+    names = []
+    for p in params:
+        if p.kind not in kinds:
+            break
+        names.append(p.name)
+    return tuple(names)
 
 
 # Bound last: node.py imports this module (``from . import`` resolves the cycle).

@@ -37,6 +37,12 @@ def _value(x):
     return x._value if isinstance(x, Node) else x
 
 
+class _Op(Function):
+    """A built-in Function whose non-tensor arguments (axes, shapes) are keywords only."""
+
+    keyword_attributes = True
+
+
 # ---- elementwise -------------------------------------------------------------------
 
 class Elementwise(Function):
@@ -94,7 +100,7 @@ def _same_shape_nodes_and_numbers(args) -> bool:
 
 # ---- views -------------------------------------------------------------------------
 
-class Expand(Function):
+class Expand(_Op):
     """Broadcast to a larger shape (stride 0); backward sums over the broadcast axes."""
 
     lazy = True
@@ -116,7 +122,7 @@ def expand(x: Node, *shape) -> Node:
     return x if shape == x.shape else Expand.apply(x, shape=shape)
 
 
-class Reshape(Function):
+class Reshape(_Op):
     """reshape / view / squeeze / unsqueeze / flatten: backward reshapes back."""
 
     lazy = True
@@ -161,7 +167,7 @@ def flatten(x: Node, start_dim: int = 0, end_dim: int = -1) -> Node:
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
 
 
-class Permute(Function):
+class Permute(_Op):
     lazy = True
     transposes_products = True
 
@@ -188,7 +194,7 @@ def transpose(x: Node, i: int = 0, j: int = 1) -> Node:
     return permute(x, *dims)
 
 
-class GetItem(Function):
+class GetItem(_Op):
     """Basic indexing is a view; integer-array indexing a gather. Backward scatters-adds."""
 
     @staticmethod
@@ -229,7 +235,7 @@ def _grad_to_input(g, ctx):
     return g.reshape(kept).broadcast_to(shape)
 
 
-class Sum(Function):
+class Sum(_Op):
     @staticmethod
     def forward(ctx, x, axes, keepdims):
         ctx.attrs["in_shape"] = x.shape
@@ -240,7 +246,7 @@ class Sum(Function):
         return (_grad_to_input(g, ctx),)
 
 
-class Mean(Function):
+class Mean(_Op):
     @staticmethod
     def forward(ctx, x, axes, keepdims):
         ctx.attrs["in_shape"] = x.shape
@@ -253,7 +259,7 @@ class Mean(Function):
         return (_grad_to_input(g, ctx) * (1.0 / max(n, 1)),)
 
 
-class MaxMin(Function):
+class MaxMin(_Op):
     """max / min over axes; the gradient is shared evenly between tied elements."""
 
     @staticmethod
@@ -419,7 +425,7 @@ def matmul(a: Node, b: Node) -> Node:
 
 # ---- joining -----------------------------------------------------------------------
 
-class Cat(Function):
+class Cat(_Op):
     @staticmethod
     def forward(ctx, *values, axis):
         shape = list(values[0].shape)
@@ -485,7 +491,7 @@ def clone(x: Node) -> Node:
     return Clone.apply(x)
 
 
-class ToDevice(Function):
+class ToDevice(_Op):
     @staticmethod
     def forward(ctx, x, device):
         ctx.attrs["from"] = x.device
@@ -500,7 +506,7 @@ def to_device(x: Node, device) -> Node:
     return ToDevice.apply(x, device=device)
 
 
-class AsType(Function):
+class AsType(_Op):
     """Convert each element (fuses like a map); backward converts the gradient back."""
 
     lazy = True

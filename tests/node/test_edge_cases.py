@@ -186,3 +186,50 @@ def test_torch_raises_index_error_for_the_same_dims():
         t.transpose(0, 5)
     with pytest.raises(TypeError):
         t.sum(dim=1.5)
+
+
+# ---- Function.apply: a non-tensor passed positionally (item 9) ---------------------------
+
+
+class SumAxis(mt.Function):
+    """``x.sum(axis)`` written as in PyTorch: ``axis`` is an input (its gradient None),
+    and backward reads it from ``ctx.attrs``, where keywords go."""
+
+    @staticmethod
+    def forward(ctx, x, axis):
+        ctx.attrs["shape"] = x.shape
+        return x.sum(axis)
+
+    @staticmethod
+    def backward(ctx, g):
+        shape, axis = ctx.attrs["shape"], ctx.attrs["axis"]
+        kept = tuple(1 if i == axis else n for i, n in enumerate(shape))
+        return g.reshape(kept).broadcast_to(shape), None
+
+
+def test_a_positional_non_tensor_reaches_backward_by_its_name():
+    a = mt.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    out = SumAxis.apply(a, 1)
+    assert out.grad_fn.needs_input_grad == (True, False)
+    np.testing.assert_array_equal(out.numpy(), [3.0, 12.0])
+    (out * mt.tensor([1.0, 2.0])).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [[1.0] * 3, [2.0] * 3])
+
+
+def test_a_positional_non_tensor_given_as_a_keyword_too_is_refused():
+    a = mt.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match="axis"):
+        SumAxis.apply(a, 0, axis=0)
+
+
+def test_a_builtin_function_refuses_an_attribute_passed_positionally():
+    from minitorch_exp.node import ops
+    a = mt.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    with pytest.raises(TypeError, match=r"Permute.apply: argument 2 .*keyword: dims=\(1, 0\)"):
+        ops.Permute.apply(a, (1, 0))
+    with pytest.raises(TypeError, match=r"Sum.apply: argument 2 .*keyword: axes=1"):
+        ops.Sum.apply(a, 1, False)
+    with pytest.raises(TypeError, match=r"Cat.apply: argument 3 .*keyword: axis=1"):
+        ops.Cat.apply(a, a, 1)
+    ops.Permute.apply(a, dims=(1, 0)).sum().backward()  # as keywords: fine
+    np.testing.assert_array_equal(a.grad.numpy(), np.ones((2, 3)))
