@@ -98,7 +98,11 @@ class Exp:
     __sub__, __rsub__ = _operator("sub"), _operator("sub", reflected=True)
     __mul__, __rmul__ = _operator("mul"), _operator("mul", reflected=True)
     __truediv__, __rtruediv__ = _operator("div"), _operator("div", reflected=True)
-    __pow__, __rpow__ = _operator("pow"), _operator("pow", reflected=True)
+    __rpow__, _pow = _operator("pow", reflected=True), _operator("pow")
+
+    def __pow__(self, other):
+        check_power(self, other)
+        return self._pow(other)
 
     def __neg__(self):
         return Map(OPS["neg"], (self,))
@@ -682,6 +686,16 @@ def as_exp(x) -> Exp:
     raise TypeError(f"cannot use a {type(x).__name__} in a tensor expression")
 
 
+def check_power(base: Exp, exponent) -> None:
+    """NumPy's rule, applied when the op is built: an integer or bool base to a negative
+    integer power (a number known now) is a ValueError; an integer cannot hold 1/2."""
+    value = exponent.value if type(exponent) is Scalar else exponent
+    if isinstance(value, (int, np.integer)) and value < 0 and base.dtype.kind in "biu":
+        raise ValueError(f"pow: Integers to negative integer powers are not allowed (NumPy's "
+                         f"rule): a {base.dtype.name} base to the power {value}; make the "
+                         f"base float first, e.g. x.astype('float32') ** {value}")
+
+
 def apply_op(name: str, *operands) -> Exp:
     """Apply a registered elementwise op (built-in or user-defined) lazily."""
     op = OPS.get(name)
@@ -690,6 +704,8 @@ def apply_op(name: str, *operands) -> Exp:
     if len(operands) != op.arity:
         raise TypeError(f"{name} takes {op.arity} operands, got {len(operands)}")
     args = tuple([x if isinstance(x, Exp) else as_exp(x) for x in operands])
+    if name == "pow":
+        check_power(*args)
     for a in args:
         if type(a) is not Scalar:
             return Map(op, args)

@@ -233,3 +233,39 @@ def test_a_builtin_function_refuses_an_attribute_passed_positionally():
         ops.Cat.apply(a, a, 1)
     ops.Permute.apply(a, dims=(1, 0)).sum().backward()  # as keywords: fine
     np.testing.assert_array_equal(a.grad.numpy(), np.ones((2, 3)))
+
+
+# ---- integer ** negative integer (item 5) -----------------------------------------------
+
+_NEGATIVE_POWER = r"[Ii]ntegers to negative integer powers are not allowed.*{}.*-1"
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "bool"])
+def test_an_integer_base_to_a_negative_integer_power_is_refused(dtype):
+    x = mt.tensor([1, 2] if dtype != "bool" else [True, False], dtype=dtype)
+    match = _NEGATIVE_POWER.format(dtype)
+    with pytest.raises(ValueError, match=match):
+        x ** -1  # noqa: B018
+    with pytest.raises(ValueError, match=match):
+        x.data ** -1  # noqa: B018
+    with pytest.raises(ValueError, match=match):
+        x.data ** np.int64(-1)  # noqa: B018
+    with pytest.raises(ValueError, match=match):
+        T.apply_op("pow", x.data, -1)
+    with pytest.raises(ValueError, match=match):
+        mt.op("pow", x, -1)
+
+
+def test_numpy_refuses_an_integer_to_a_negative_integer_power():
+    with pytest.raises(ValueError, match="Integers to negative integer powers"):
+        np.array([1, 2]) ** -1  # noqa: B018
+
+
+def test_integer_powers_that_are_allowed_still_work():
+    x = mt.tensor([1, 2, 3])
+    np.testing.assert_array_equal((x ** 2).numpy(), [1, 4, 9])
+    np.testing.assert_array_equal((x ** 0).numpy(), [1, 1, 1])
+    np.testing.assert_allclose((x ** -1.0).numpy(), [1.0, 0.5, 1 / 3])  # a float exponent
+    np.testing.assert_allclose((x.astype(mt.float32) ** -1).numpy(), [1.0, 0.5, 1 / 3],
+                               rtol=1e-6)
+    np.testing.assert_array_equal((2 ** x).numpy(), [2, 4, 8])
