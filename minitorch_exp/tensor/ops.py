@@ -115,10 +115,27 @@ def _d_div(g, out, a, b):
 
 
 def _d_pow(g, out, a, b):
+    # PyTorch's rules (a Python number operand gets no gradient):
     e = _e()
-    ga = g * b * a ** (b - 1)
-    gb = g * out * e.log(e.where(a > 0, a, 1))
+    ga = None if type(a) is e.Scalar else _d_pow_base(e, g, a, b)
+    gb = None if type(b) is e.Scalar else _d_pow_exponent(e, g, out, a, b)
     return ga, gb
+
+
+def _d_pow_base(e, g, a, b):
+    """``b * a ** (b - 1)``, and 0 where ``b == 0`` (``x ** 0`` is flat, even at 0)."""
+    if type(b) is e.Scalar:
+        return g * 0.0 if b.value == 0 else g * b.value * a ** (b.value - 1)
+    return e.where(b == 0, 0, g * b * a ** (b - 1))
+
+
+def _d_pow_exponent(e, g, out, a, b):
+    """``a ** b * log(a)`` (nan for a < 0), and 0 where ``a == 0`` and ``b >= 0``."""
+    if type(a) is e.Scalar:  # log computed here: a weak number keeps g's dtype
+        with np.errstate(all="ignore"):
+            log_a = float(np.log(a.value))
+        return g * e.where(b >= 0, 0, out * log_a) if a.value == 0 else g * out * log_a
+    return g * e.where((a == 0) & (b >= 0), 0, out * e.log(a))
 
 
 def _d_neg(g, out, a):
@@ -126,7 +143,8 @@ def _d_neg(g, out, a):
 
 
 def _d_abs(g, out, a):
-    return (g * _e().sign(a),)
+    e = _e()
+    return (g * e.where(a == a, e.sign(a), 0),)  # PyTorch's sgn: 0 at nan
 
 
 def _d_exp(g, out, a):
@@ -150,19 +168,21 @@ def _d_sigmoid(g, out, a):
 
 
 def _d_relu(g, out, a):
-    return (_e().where(a > 0, g, 0),)
+    return (_e().where(a <= 0, 0, g),)  # as PyTorch: nan passes the gradient on
 
 
 def _d_maximum(g, out, a, b):
+    # PyTorch's rule: half each at a tie, none to the smaller; a nan operand compares
+    # false both ways, so both sides get the whole gradient
     e = _e()
-    tie = e.where(a == b, g * 0.5, 0)
-    return e.where(a > b, g, tie), e.where(b > a, g, tie)
+    half = e.where(a == b, g * 0.5, g)
+    return e.where(a < b, 0, half), e.where(b < a, 0, half)
 
 
 def _d_minimum(g, out, a, b):
     e = _e()
-    tie = e.where(a == b, g * 0.5, 0)
-    return e.where(a < b, g, tie), e.where(b < a, g, tie)
+    half = e.where(a == b, g * 0.5, g)
+    return e.where(a > b, 0, half), e.where(b > a, 0, half)
 
 
 def _d_where(g, out, c, a, b):

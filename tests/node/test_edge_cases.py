@@ -269,3 +269,63 @@ def test_integer_powers_that_are_allowed_still_work():
     np.testing.assert_allclose((x.astype(mt.float32) ** -1).numpy(), [1.0, 0.5, 1 / 3],
                                rtol=1e-6)
     np.testing.assert_array_equal((2 ** x).numpy(), [2, 4, 8])
+
+
+# ---- gradients at NaN and at singular points follow PyTorch (item 8) --------------------
+
+NAN, INF = float("nan"), float("inf")
+
+# (name, f, inputs, the gradient of each input as torch gives it)
+SINGULAR_GRADS = [
+    ("relu at nan", lambda x: x.relu(), [NAN], [1.0]),  # torch: grad where not (x <= 0)
+    ("relu at 0", lambda x: x.relu(), [0.0], [0.0]),
+    ("abs at nan", lambda x: abs(x), [NAN], [0.0]),  # torch: grad * sgn(x), sgn(nan) = 0
+    ("abs at 0", lambda x: abs(x), [0.0], [0.0]),
+    ("maximum nan, 1", lambda a, b: mt.maximum(a, b), [NAN, 1.0], [1.0, 1.0]),
+    ("maximum 1, nan", lambda a, b: mt.maximum(a, b), [1.0, NAN], [1.0, 1.0]),
+    ("maximum tie", lambda a, b: mt.maximum(a, b), [1.0, 1.0], [0.5, 0.5]),
+    ("maximum 2, 1", lambda a, b: mt.maximum(a, b), [2.0, 1.0], [1.0, 0.0]),
+    ("minimum nan, 1", lambda a, b: mt.minimum(a, b), [NAN, 1.0], [1.0, 1.0]),
+    ("minimum 1, nan", lambda a, b: mt.minimum(a, b), [1.0, NAN], [1.0, 1.0]),
+    ("minimum 2, 1", lambda a, b: mt.minimum(a, b), [2.0, 1.0], [0.0, 1.0]),
+    # d/dx (-1) ** x = (-1) ** x * log(-1): nan (torch does not special-case it)
+    ("(-1) ** x", lambda a, x: a ** x, [-1.0, 2.0], [-2.0, NAN]),
+    ("(-1) ** 0.5", lambda a, x: a ** x, [-1.0, 0.5], [NAN, NAN]),
+    # d/dx 0 ** x: 0 where x >= 0 (torch's special case), else 0 ** x * log(0) = -inf
+    ("0 ** x, x = 2", lambda a, x: a ** x, [0.0, 2.0], [0.0, 0.0]),
+    ("0 ** x, x = 0", lambda a, x: a ** x, [0.0, 0.0], [0.0, 0.0]),
+    ("0 ** x, x = -1", lambda a, x: a ** x, [0.0, -1.0], [-INF, -INF]),
+    ("x ** 2 at 0", lambda x: x ** 2, [0.0], [0.0]),
+    ("x ** 0 at 0", lambda x: x ** 0, [0.0], [0.0]),  # torch: 0 where the exponent is 0
+    ("x ** 0.5 at 0", lambda x: x ** 0.5, [0.0], [INF]),
+    ("2 ** x at 0", lambda x: 2 ** x, [0.0], [np.log(2.0)]),
+    ("sqrt at 0", lambda x: x.sqrt(), [0.0], [INF]),
+]
+
+
+def _grads(f, inputs, lib):
+    if lib == "mt":
+        xs = [mt.tensor([v], dtype=mt.float64, requires_grad=True) for v in inputs]
+    else:
+        import torch
+        xs = [torch.tensor([v], dtype=torch.float64, requires_grad=True) for v in inputs]
+    f(*xs).sum().backward()
+    return [float(x.grad.numpy()[0]) for x in xs]
+
+
+@pytest.mark.parametrize("name, f, inputs, expected", SINGULAR_GRADS,
+                         ids=[row[0] for row in SINGULAR_GRADS])
+def test_gradient_at_nan_and_singular_points_is_torchs(name, f, inputs, expected):
+    np.testing.assert_array_equal(_grads(f, inputs, "mt"), expected, err_msg=name)
+
+
+@pytest.mark.parametrize("name, f, inputs, expected", SINGULAR_GRADS,
+                         ids=[row[0] for row in SINGULAR_GRADS])
+def test_the_expected_singular_gradients_are_torchs(name, f, inputs, expected):
+    torch = pytest.importorskip("torch")
+    tf = {"maximum": torch.maximum, "minimum": torch.minimum}
+    fn = f
+    if "maximum" in name or "minimum" in name:
+        def fn(a, b):
+            return tf[name.split()[0]](a, b)
+    np.testing.assert_array_equal(_grads(fn, inputs, "torch"), expected, err_msg=name)
