@@ -281,6 +281,25 @@ def from_array(arr, device: Device = CPU) -> Tensor:
     return t
 
 
+class ReadOnlyStorage(Storage):
+    """The Storage of a read-only array (``arr.flags.writeable`` False): decided once,
+    when it is wrapped; every write is refused in ``before_write``, before a kernel
+    runs (a compiled kernel would fail to type a write into it)."""
+
+    __slots__ = ()
+
+    def before_write(self) -> None:
+        raise ValueError(
+            "tensor is read-only: its memory came from a read-only NumPy array "
+            "(arr.flags.writeable is False, e.g. np.broadcast_to or a memory map); write "
+            "into a copy instead: from_numpy(arr.copy()) or t.clone()")
+
+
+def _storage(flat, device: Device) -> Storage:
+    writeable = getattr(flat.flags, "writeable", True)  # CuPy arrays are always writable
+    return Storage(flat, device) if writeable else ReadOnlyStorage(flat, device)
+
+
 def _wrap_array(arr, device: Device) -> Tensor:
     if arr.dtype not in dtypes.SUPPORTED:
         arr = arr.astype(dtypes.default_dtype_for(arr))
@@ -288,13 +307,13 @@ def _wrap_array(arr, device: Device) -> Tensor:
     if arr.size == 0 or any(s % item for s in arr.strides):
         arr = device.xp.ascontiguousarray(arr)
     if arr.flags.c_contiguous:
-        return Tensor(Storage(arr.reshape(-1), device), L.contiguous(arr.shape))
+        return Tensor(_storage(arr.reshape(-1), device), L.contiguous(arr.shape))
     lay = L.Layout(tuple(arr.shape), tuple(s // item for s in arr.strides), 0)
     lo, hi = L.extent(lay)
     lowest = arr[tuple(slice(n - 1, n) if s < 0 else slice(0, 1)
                        for n, s in zip(lay.shape, lay.strides))]
     flat = device.xp.lib.stride_tricks.as_strided(lowest, shape=(hi - lo + 1,), strides=(item,))
-    return Tensor(Storage(flat, device), L.Layout(lay.shape, lay.strides, -lo))
+    return Tensor(_storage(flat, device), L.Layout(lay.shape, lay.strides, -lo))
 
 
 def from_numpy(arr: np.ndarray) -> Tensor:

@@ -329,3 +329,53 @@ def test_the_expected_singular_gradients_are_torchs(name, f, inputs, expected):
         def fn(a, b):
             return tf[name.split()[0]](a, b)
     np.testing.assert_array_equal(_grads(fn, inputs, "torch"), expected, err_msg=name)
+
+
+# ---- writing into memory from a read-only NumPy array (item 7) -------------------------
+
+_READ_ONLY = r"tensor is read-only: its memory came from a read-only NumPy array"
+
+
+def _read_only(values=(1.0, 2.0, 3.0)):
+    arr = np.array(values)
+    arr.flags.writeable = False
+    return arr
+
+
+@pytest.mark.parametrize("write", [
+    lambda t: t.__setitem__(Ellipsis, 1.0),
+    lambda t: t.__setitem__(0, 5.0),
+    lambda t: t.__setitem__(slice(1, None), t[:2] * 2),
+    lambda t: t.__iadd__(1.0),
+    lambda t: t.__imul__(t),
+    lambda t: T.assign(t, t * 2),
+    lambda t: T.assign_all([(t, t + 1), (t, t * 2)]),
+], ids=["fill", "item", "slice", "iadd", "imul", "assign", "assign_all"])
+def test_a_write_into_a_read_only_array_is_a_clear_error(write):
+    arr = _read_only()
+    t = T.from_numpy(arr)
+    with pytest.raises(ValueError, match=_READ_ONLY):
+        write(t)
+    np.testing.assert_array_equal(arr, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal((t * 2).numpy(), [2.0, 4.0, 6.0])  # reading is fine
+
+
+def test_a_read_only_array_under_a_node_refuses_writes_and_its_copies_do_not():
+    arr = _read_only()
+    x = mt.from_numpy(arr)
+    with pytest.raises(ValueError, match=_READ_ONLY):
+        x += 1
+    with pytest.raises(ValueError, match=_READ_ONLY):
+        x[0] = 0.0
+    y = x.clone()
+    y += 1
+    np.testing.assert_array_equal(y.numpy(), [2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(arr, [1.0, 2.0, 3.0])
+    strided = _read_only(np.arange(12.0).reshape(3, 4))[:, ::2]  # not contiguous
+    with pytest.raises(ValueError, match=_READ_ONLY):
+        T.from_numpy(strided)[...] = 0.0
+
+
+def test_numpy_refuses_the_same_write():
+    with pytest.raises(ValueError, match="read-only"):
+        _read_only()[...] = 1.0
