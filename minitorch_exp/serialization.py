@@ -15,7 +15,7 @@ def _plain(obj, depth: int = 0):
     refuses it with a clear error instead of this recursion overflowing.
     """
     if isinstance(obj, Node):
-        return obj.numpy()
+        return obj.numpy(writable=False)
     if depth > MAX_DEPTH:
         return obj
     if isinstance(obj, dict):

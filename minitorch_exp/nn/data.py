@@ -26,7 +26,8 @@ class TensorDataset(Dataset):
     def __init__(self, *arrays):
         if not arrays:
             raise ValueError("TensorDataset needs at least one array")
-        self.arrays = [np.asarray(a.numpy() if isinstance(a, Node) else a) for a in arrays]
+        self.arrays = [np.asarray(a.numpy(writable=False) if isinstance(a, Node) else a)
+                       for a in arrays]
         n = len(self.arrays[0])
         if any(len(a) != n for a in self.arrays):
             raise ValueError(f"TensorDataset: arrays have different lengths "

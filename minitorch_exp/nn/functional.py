@@ -60,7 +60,7 @@ def _targets(target, n_classes: int, device):
     if t.dtype.kind not in "iu":
         raise TypeError(f"class targets must be integers, got {t.dtype}")
     if not capture.is_recording():  # a captured step cannot read them: see _one_hot
-        values = t.numpy()
+        values = t.numpy(writable=False)
         if values.size and (values.min() < 0 or values.max() >= n_classes):
             raise ValueError(f"class targets must be in [0, {n_classes}), got range "
                              f"[{values.min()}, {values.max()}]")

@@ -228,7 +228,7 @@ class Module:
         for name, value in state.items():  # check every shape before writing any
             if name not in params:
                 continue
-            arr = np.asarray(value.numpy() if isinstance(value, Node) else value)
+            arr = np.asarray(value.numpy(writable=False) if isinstance(value, Node) else value)
             if arr.shape != params[name].shape:
                 raise ValueError(f"load_state_dict: {name} has shape {arr.shape} in the "
                                  f"checkpoint but {params[name].shape} in the model")

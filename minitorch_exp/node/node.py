@@ -11,6 +11,7 @@ realizes it first.
 from __future__ import annotations
 
 import operator
+import sys
 
 import numpy as np
 
@@ -18,7 +19,8 @@ from ..tensor import creation, dtypes
 from ..tensor.device import as_device
 from ..tensor.engine import assign, realize
 from ..tensor.expr import RVALUE, Exp, Map, as_exp
-from ..tensor.tensor import Tensor, from_array
+from ..tensor.tensor import Tensor
+from ..tensor.tensor import from_numpy as tensor_from_numpy
 from ..tensor.tensor import tensor as make_tensor
 from .function import _storages
 from .grad_mode import is_grad_enabled
@@ -32,7 +34,7 @@ class Node:
     """A differentiable tensor, PyTorch-shaped: ``shape``, ``grad``, ``backward()``..."""
 
     __slots__ = ("_value", "_grad", "requires_grad", "grad_fn", "_lazy_ops", "_reads", "_guard",
-                 "grad_buffer", "__weakref__")
+                 "grad_slot", "__weakref__")
     __array_priority__ = 200
     __hash__ = object.__hash__
 
@@ -46,9 +48,10 @@ class Node:
         self._lazy_ops = 0
         self._reads = None  # a lazy value: the storages its tree reads (lazy_value)
         self._guard = None
-        #: Where backward writes this leaf's next gradient when ``grad`` is None (an
-        #: optimizer's flat buffer, see nn/optim.py); None: a fresh tensor each time.
-        self.grad_buffer = None
+        #: Where backward writes this leaf's next gradient when ``grad`` is None: an
+        #: optimizer's part of its flat buffer (``take()`` gives a Tensor over it, see
+        #: nn/optim.py GradSlot); None: a fresh tensor each time.
+        self.grad_slot = None
         if requires_grad:
             _check_float(value.dtype)
 
@@ -67,6 +70,13 @@ class Node:
                 t.storage.add_reader(self._guard)
             return t
         return v
+
+    @property
+    def grad_buffer(self) -> Tensor | None:
+        """The Tensor backward writes a new gradient into (None: it makes one); asked
+        once per gradient started while ``grad`` is None."""
+        slot = self.grad_slot
+        return None if slot is None else slot.take()
 
     @property
     def grad(self) -> Node | None:
@@ -128,8 +138,13 @@ class Node:
     def is_leaf(self) -> bool:
         return self.grad_fn is None
 
-    def numpy(self) -> np.ndarray:
-        return self.value.numpy()
+    def numpy(self, *, writable: bool | None = None) -> np.ndarray:
+        """The values as a NumPy array sharing memory; read-only while the Node
+        requires grad (PyTorch refuses ``.numpy()`` there: use ``.detach().numpy()``
+        to write) or when ``writable=False`` (see ``Tensor.numpy``)."""
+        if writable is None:
+            writable = not self.requires_grad
+        return self.value.numpy(writable=writable)
 
     def __array__(self, dtype=None, copy=None):
         return self.value.__array__(dtype, copy)
@@ -294,9 +309,15 @@ class _KeepOnWrite:
     def realize(self) -> None:
         from ..tensor.engine import evaluate_copy
         from ..tensor.expr import set_realized
-        for e in self.exps:
-            set_realized(e, evaluate_copy(e.realized))
-        self.exps = ()
+        pending, self.exps = list(self.exps), ()
+        pending.reverse()  # found root first; pop it first, so a dropped root frees its tree
+        while pending:
+            e = pending.pop()
+            # Only an expression something else still holds can be read again:
+            # references here are ``e``, ``pending`` when it holds e twice, and
+            # getrefcount's own argument (CPython's count, as NumPy's resize uses it).
+            if sys.getrefcount(e) > 2 + pending.count(e):
+                set_realized(e, evaluate_copy(e.realized))
 
 
 def _realized_into(e: Exp, storage) -> list:
@@ -326,10 +347,14 @@ def lazy_value(value: Exp, lazy: bool, parents, known_reads: dict) -> Node:
             if isinstance(p, Node):
                 p.realize()
         ops, known_reads = 1, {}
+    reads = _storages([value], known_reads)
+    for storage in reads:
+        if storage.shared:  # writable from outside, unannounced: read it now
+            return Node(realize(value))
     node = Node(value)
     node._lazy_ops = ops
-    node._reads = _storages([value], known_reads)
-    for storage in node._reads:
+    node._reads = reads
+    for storage in reads:
         storage.add_reader(node)
     return node
 
@@ -362,7 +387,7 @@ def tensor(data, dtype=None, device="cpu", requires_grad: bool = False) -> Node:
 
 
 def from_numpy(arr: np.ndarray, requires_grad: bool = False) -> Node:
-    return _wrap(from_array(arr), requires_grad)
+    return _wrap(tensor_from_numpy(arr), requires_grad)
 
 
 def _factory(fn):

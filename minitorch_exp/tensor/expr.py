@@ -385,16 +385,19 @@ class Map(Exp):
                 sig += (k,)
                 leaves = leaves + below if leaves is not None and below is not None else None
                 scalars += values
-        if leaves is not None and len(leaves) > MAX_GATHERED_LEAVES:
-            leaves = None
         info = _MAP_INFO.get(sig)
         if info is None:
             info = keep(_MAP_INFO, sig, (_check_shapes(op.name, args), _map_dtype(op, args),
                                          _check_devices(op.name, args), _tree_token(sig)),
                         50_000)
         self.shape, self.dtype, self.device, self.token = info
+        if leaves is not None and (len(leaves) > MAX_GATHERED_LEAVES
+                                   or info[3].plan_tokens is None):
+            leaves = None
+        # Leaves and scalars serve only a statement key made without a walk; a map
+        # that cannot have one keeps neither, so no map holds its whole ancestry.
         self.leaves = leaves
-        self.scalars = scalars
+        self.scalars = scalars if leaves is not None else ()
         self.epoch = EPOCH
 
     def children(self):
@@ -603,6 +606,9 @@ _MAP_DTYPES: dict[tuple, np.dtype] = {}
 
 #: A map gathers at most this many leaves; a bigger tree is walked when assigned.
 MAX_GATHERED_LEAVES = 32
+#: A map's token spells out at most this many plan tokens (a longer tree's is opaque
+#: and the tree is walked when assigned): tokens stay small along any chain.
+MAX_PLAN_TOKENS = 64
 
 
 def _tree_token(sig: tuple) -> TreeToken:
@@ -615,6 +621,8 @@ def _tree_token(sig: tuple) -> TreeToken:
             plan_tokens += tok.plan_tokens
         else:  # not elementwise
             return TreeToken(None)
+    if len(plan_tokens) >= MAX_PLAN_TOKENS:
+        return TreeToken(None)
     return TreeToken((*plan_tokens, sig[0]))
 
 

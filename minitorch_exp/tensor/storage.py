@@ -16,9 +16,13 @@ class Storage:
     later whether it was overwritten. ``readers`` holds lazy values that still
     read this buffer; before a write they are realized (see ``before_write``),
     which keeps lazy evaluation invisible to the user.
+
+    ``shared`` is True once code outside the framework can reach the buffer (an
+    array given to ``from_numpy``, or handed out by ``.numpy()``): such writes are
+    never announced, so lazy values must not wait to read it (``share``).
     """
 
-    __slots__ = ("data", "device", "version", "readers", "__weakref__")
+    __slots__ = ("data", "device", "version", "readers", "shared", "__weakref__")
 
     def __init__(self, data, device: Device):
         if data.ndim != 1:
@@ -27,6 +31,7 @@ class Storage:
         self.device = device
         self.version = 0
         self.readers: weakref.WeakSet | None = None
+        self.shared = False
 
     @property
     def dtype(self) -> np.dtype:
@@ -43,12 +48,21 @@ class Storage:
 
     def before_write(self) -> None:
         """Realize pending readers, then count the write."""
+        self._realize_readers()
+        self.version += 1
+
+    def share(self) -> None:
+        """Mark the buffer reachable from outside: pending readers are realized now,
+        and later ones are realized when they are built (``node.lazy_value``)."""
+        self._realize_readers()
+        self.shared = True
+
+    def _realize_readers(self) -> None:
         if self.readers:
             pending = list(self.readers)
             self.readers.clear()
             for reader in pending:
                 reader.realize()
-        self.version += 1
 
     def __repr__(self) -> str:
         return (f"Storage({len(self)} x {self.dtype}, device='{self.device}', "

@@ -65,20 +65,36 @@ class Tensor(Exp):
         return L.extent(self.layout)
 
     # ---- the NumPy (or CuPy) view of this tensor ------------------------------
-    def numpy(self) -> np.ndarray:
-        """The elements as a NumPy array sharing memory (copied to host for cuda)."""
+    def numpy(self, writable: bool = True) -> np.ndarray:
+        """The elements as a NumPy array sharing memory (copied to host for cuda).
+
+        ``writable=False`` hands out a read-only view, which lazy values need not
+        guard against; a writable one marks the buffer shared (``Storage.shared``).
+        """
         if capture.active() is not None:
             raise capture.host_read_error("numpy()")
         if self.device.type != "cpu":
             return self.device.xp.asnumpy(self.array)
+        if not writable:
+            view = self.array.view()
+            view.flags.writeable = False
+            return view
+        if not self.storage.shared:
+            self.storage.share()
         return self.array
 
     @property
     def array(self):
-        """This tensor as an ndarray of its device's array module; no copy."""
-        arr = self._array
-        if arr is None:
-            arr = self._array = array_view(self.storage, self.layout)
+        """This tensor as an ndarray of its device's array module; no copy.
+
+        Kept with the buffer it views, and made again if the Storage's buffer was
+        replaced since (an optimizer moves parameters into one flat buffer: nn/optim.py).
+        """
+        data, arr = self._array or (None, None)
+        if data is not self.storage.data:
+            data = self.storage.data
+            arr = array_view(self.storage, self.layout)
+            self._array = (data, arr)
         return arr
 
     def __array__(self, dtype=None, copy=None):
@@ -320,7 +336,9 @@ def from_numpy(arr: np.ndarray) -> Tensor:
     """Share the array's memory when its layout allows (zero-copy), else copy."""
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
-    return from_array(arr, CPU)
+    t = from_array(arr, CPU)
+    t.storage.shared = np.may_share_memory(t.storage.data, arr)  # see Storage.shared
+    return t
 
 
 def tensor(data, dtype=None, device="cpu") -> Tensor:
