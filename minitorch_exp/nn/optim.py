@@ -7,8 +7,9 @@ temporaries::
     p -= lr * buf                                   # 1 kernel
 
 Going further: the optimizer moves each group's parameters into one flat
-buffer (each Parameter becomes a view of it), gives backward a flat gradient
-buffer to write into, and keeps its state flat too. Then the *same* update
+buffer (each parameter's Storage is pointed at its part, so every handle on it
+stays valid), gives backward a flat gradient buffer to write into, and keeps
+its state flat too. Then the *same* update
 statements, applied to the flat tensors, update the whole model: 2 kernels
 per SGD step (3 for Adam) however many parameters there are. When a group
 cannot be flat (mixed dtypes or devices) or a step finds a gradient that is
@@ -20,13 +21,17 @@ The formulas follow PyTorch's step for step (tests compare them).
 from __future__ import annotations
 
 import math
+import weakref
 
 from ..node.grad_mode import no_grad
 from ..node.node import Node
 from ..tensor import capture
 from ..tensor.creation import new_empty, zeros_like
 from ..tensor.engine import assign_all
-from ..tensor.expr import sqrt
+from ..tensor.expr import RVALUE, new_epoch, sqrt
+from ..tensor.layout import contiguous
+from ..tensor.storage import Storage
+from ..tensor.tensor import Tensor
 from .module import GroupList, structure_changed
 
 
@@ -96,6 +101,7 @@ class Optimizer:
         """The buffers a step writes: the parameters' and the optimizer state's (flat
         state included: ``share_state`` puts views of it in ``self.state``)."""
         tensors = [p.value for _, p in self._params()]
+        tensors += [flat.values for flat in self._flat if flat is not None]
         tensors += [v for s in self.state.values() for v in s.values() if hasattr(v, "storage")]
         return list({id(t.storage): t.storage for t in tensors}.values())
 
@@ -107,6 +113,7 @@ class Optimizer:
                 indices = range(index, index + len(params))
                 index += len(params)
                 if flat is not None and flat.ready(params, [self.state.get(i) for i in indices]):
+                    flat.before_write()
                     self._update(flat.values, flat.grads, flat.state, group)
                     flat.share_state(self.state, indices)
                     continue
@@ -163,61 +170,75 @@ class Optimizer:
 class FlatGroup:
     """One flat buffer each for a group's parameters, gradients and optimizer state.
 
-    Parameters become views of ``values``; backward writes each gradient into its
-    view of ``grads`` (``Node.grad_buffer``). The per-parameter state dicts hold
-    views of the flat state, so ``state_dict`` looks the same either way.
+    Each parameter's Storage is pointed at its part of ``values`` (its values copied
+    there first), so every Tensor that views it -- ``p.data`` handles taken before or
+    after, their views -- goes on showing the parameter, as in PyTorch. Backward
+    writes each gradient into its part of ``grads`` (a ``GradSlot``). The
+    per-parameter state dicts hold views of the flat state, so ``state_dict`` looks
+    the same either way. A group is flat only when each parameter is the whole of a
+    writable Storage of its own (a Module's are); another is updated one by one.
     """
 
-    def __init__(self, params, values, grads, views, grad_views):
-        self.params, self.values, self.grads = params, values, grads
-        self.views, self.grad_views = views, grad_views
+    def __init__(self, values, grads, views, slots, starts):
+        self.values, self.grads = values, grads
+        self.views, self.slots, self.starts = views, slots, starts
+        self.storages = [v.storage for v in views]
+        self.datas = [v.storage.data for v in views]  # where each storage must point
         self.state: dict = {}
 
     @classmethod
     def make(cls, params) -> FlatGroup | None:
         kinds = {(p.dtype, p.device) for p in params}
-        if len(kinds) != 1 or any(p.grad_fn is not None for p in params):
+        if len(kinds) != 1 or not all(p.is_leaf and _whole_storage(p.value) for p in params) \
+                or len({id(p.value.storage) for p in params}) != len(params):
             return None
-        # Parameters flattened before (by another optimizer) move into new buffers; that
-        # optimizer's FlatGroup then sees views that are not its own and updates them
-        # one by one (``ready``).
+        # Parameters flattened before (by another optimizer) move into these buffers too;
+        # that optimizer then finds them elsewhere and updates them one by one (``ready``).
         (dtype, device), = kinds
         total = sum(p.numel() for p in params)
         values = new_empty((total,), dtype, device)
         grads = new_empty((total,), dtype, device)
-        views, grad_views = [], []
+        views, slots, starts = [], [], []
         start = 0
         for p in params:
-            view = values[start:start + p.numel()].view(p.shape)
-            view[...] = p.value
-            p._value = view
-            p.grad_buffer = grads[start:start + p.numel()].view(p.shape)
-            if p.grad is not None:  # a gradient from before: move it into the buffer
-                p.grad_buffer[...] = p.grad.value
-                p.grad = Node(p.grad_buffer)
-            views.append(view)
-            grad_views.append(p.grad_buffer)
-            start += p.numel()
-        return cls(params, values, grads, views, grad_views)
+            end = start + p.numel()
+            p._value = _move(p.value, values.storage.data[start:end])
+            p.grad_slot = GradSlot(grads.storage.data[start:end], p.value.layout, device)
+            if p.grad is not None:
+                p.grad_slot.adopt(p)
+            views.append(p._value)
+            slots.append(p.grad_slot)
+            starts.append(start)
+            start = end
+        new_epoch()  # assignments prepared before hold the old buffers
+        return cls(values, grads, views, slots, starts)
 
     def ready(self, params, states) -> bool:
         """True when one update over the flat buffers equals the per-parameter updates."""
-        for p, view, gview in zip(params, self.views, self.grad_views):
-            if p._value is not view or p.grad is None or p.grad._value is not gview:
+        for p, view, data, slot in zip(params, self.views, self.datas, self.slots):
+            grad = p.grad
+            if p._value is not view or view.storage.data is not data or grad is None \
+                    or not slot.holds(grad):
                 return False
         if not self.state:
             return all(not s for s in states)
         return all(s is not None and s.get("_flat") is self for s in states)
 
+    def before_write(self) -> None:
+        """Count a write into each parameter (a step writes them through ``values``):
+        lazy values reading them are computed first, saved ones see a new version."""
+        for storage in self.storages:
+            storage.before_write()
+
     def share_state(self, state: dict, indices) -> None:
         """Expose the flat state as per-parameter views (for state_dict and inspection)."""
-        for i, view in zip(indices, self.views):
+        for i, view, start in zip(indices, self.views, self.starts):
             entry = state.setdefault(i, {})
             entry["_flat"] = self
             for key, value in self.state.items():
                 old = entry.get(key)
                 if old is None or getattr(old, "storage", None) is not getattr(value, "storage", 0):
-                    entry[key] = _slice_like(value, self.values, view)  # new, or a scalar
+                    entry[key] = _slice_at(value, start, view)  # new, or a scalar
 
     def load_state(self, state: dict, indices) -> None:
         """After load_state_dict: copy per-parameter state into flat buffers again."""
@@ -230,20 +251,83 @@ class FlatGroup:
         for key, value in entries[0].items():
             if hasattr(value, "storage"):
                 flat = new_empty(self.values.shape, self.values.dtype, self.values.device)
-                for e, view in zip(entries, self.views):
-                    _slice_like(flat, self.values, view)[...] = e[key]
+                for e, view, start in zip(entries, self.views, self.starts):
+                    _slice_at(flat, start, view)[...] = e[key]
                 self.state[key] = flat
             else:
                 self.state[key] = value
         self.share_state(state, indices)
 
 
-def _slice_like(flat, values, view):
-    """The part of ``flat`` that sits where ``view`` sits in ``values``."""
+class GradSlot:
+    """A flat parameter's part of the flat gradient buffer, where backward writes.
+
+    Each gradient begun afresh (``p.grad`` None) gets a Storage object of its own over
+    this memory (``take``, through ``Node.grad_buffer``). One handed out before and
+    still held -- ``g = p.grad`` kept through ``zero_grad(set_to_none=True)`` -- first
+    gets a copy of its values, so that it keeps them, as in PyTorch (where the next
+    backward makes a new tensor). One made while a step is captured is never copied
+    away: replays write here and give it back to ``p.grad`` (node/capture.py).
+    """
+
+    __slots__ = ("data", "layout", "device", "handed")
+
+    def __init__(self, data, layout, device):
+        self.data, self.layout, self.device = data, layout, device
+        self.handed = None  # a weak reference to the Storage last handed out
+
+    def take(self, p: Node) -> Tensor | None:
+        """A Tensor over this memory for ``p``'s new gradient; None if ``p`` moved to
+        another device since (``Module.to``: backward then makes one). Its shape and
+        dtype cannot change (``Node.data``'s setter keeps them)."""
+        device = p._value.device
+        if device is not self.device and device != self.device:
+            return None
+        old = self.handed() if self.handed is not None else None
+        if old is not None and old.data is self.data:
+            old.data = old.data.copy()  # someone still holds it: it keeps its values
+        storage = Storage(self.data, self.device)
+        self.handed = weakref.ref(storage) if capture.active() is None else None
+        return Tensor(storage, self.layout)
+
+    def adopt(self, p: Node) -> None:
+        """Bring ``p``'s gradient here: its Storage is pointed at this memory when the
+        gradient fills it whole (the Node stays ``p.grad``), else it is copied."""
+        t = p.grad.value
+        if _whole_storage(t):
+            _move(t, self.data)
+            self.handed = weakref.ref(t.storage)
+        else:
+            fresh = self.take(p)
+            fresh[...] = t
+            p.grad = Node(fresh)
+
+    def holds(self, grad: Node) -> bool:
+        t = grad._value
+        return t.kind == RVALUE and t.storage.data is self.data and (
+            t.layout is self.layout or t.layout == self.layout)
+
+
+def _whole_storage(t) -> bool:
+    """``t`` is all of a writable Storage, in order (as a Module's parameters are)."""
+    return type(t.storage) is Storage and len(t.storage) == t.numel() and \
+        t.layout == contiguous(t.shape)
+
+
+def _move(t: Tensor, data) -> Tensor:
+    """Point ``t``'s Storage at ``data`` (its values copied there first): every Tensor
+    over it now shows ``data``. Returns a new Tensor object for the same view, so that
+    a step captured over the old buffer records itself again (node/capture.py)."""
+    data[...] = t.storage.data
+    t.storage.data = data
+    return Tensor(t.storage, t.layout)
+
+
+def _slice_at(flat, start: int, like):
+    """The part of ``flat`` at ``start`` holding one value per element of ``like``."""
     if not hasattr(flat, "storage"):
         return flat
-    start = view.offset - values.offset
-    return flat[start:start + view.numel()].view(view.shape)
+    return flat[start:start + like.numel()].view(like.shape)
 
 
 def _restore(value, param: Node):

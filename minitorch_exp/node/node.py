@@ -76,7 +76,7 @@ class Node:
         """The Tensor backward writes a new gradient into (None: it makes one); asked
         once per gradient started while ``grad`` is None."""
         slot = self.grad_slot
-        return None if slot is None else slot.take()
+        return None if slot is None else slot.take(self)
 
     @property
     def grad(self) -> Node | None:
