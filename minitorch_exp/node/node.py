@@ -49,7 +49,7 @@ class Node:
         self._reads = None  # a lazy value: the storages its tree reads (lazy_value)
         self._guard = None
         #: Where backward writes this leaf's next gradient when ``grad`` is None: an
-        #: optimizer's part of its flat buffer (``take()`` gives a Tensor over it, see
+        #: optimizer's part of its flat buffer (``take(node)`` gives a Tensor over it, see
         #: nn/optim.py GradSlot); None: a fresh tensor each time.
         self.grad_slot = None
         if requires_grad:

@@ -208,3 +208,15 @@ def test_a_read_only_parameter_is_refused_by_the_step():
     with pytest.raises(ValueError, match="read-only"):
         opt.step()
     np.testing.assert_array_equal(arr, 1.0)
+
+
+def test_a_parameter_given_new_data_after_the_optimizer_is_updated_there():
+    lin = _model()
+    opt = optim.SGD(lin.parameters(), lr=0.5)
+    new = T.zeros((2, 3))
+    lin.weight.data = new  # as in torch: the optimizer now updates ``new``
+    _loss(lin).backward()
+    expected = -0.5 * lin.weight.grad.numpy()
+    opt.step()
+    np.testing.assert_allclose(new.numpy(), expected, rtol=1e-6)
+    assert lin.weight.data is new
