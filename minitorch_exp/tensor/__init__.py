@@ -4,6 +4,7 @@ This package never imports ``minitorch_exp.node`` or ``minitorch_exp.nn``.
 """
 
 from .backends import cpu_backend, set_cpu_backend, using_cpu_backend
+from .caches import cache_info, clear_caches
 from .counters import count_kernels, kernel_counts, reset_kernel_counts, set_debug
 from .creation import (
     arange,
@@ -48,7 +49,8 @@ from .tensor import Tensor, from_array, from_numpy, tensor
 
 __all__ = [
     "Device", "Exp", "Layout", "Storage", "Tensor", "apply_op", "arange", "as_device",
-    "assign", "assign_all", "bool_", "broadcast_shapes", "clip", "count_kernels", "cpu_backend",
+    "assign", "assign_all", "bool_", "broadcast_shapes", "cache_info", "clear_caches", "clip",
+    "count_kernels", "cpu_backend",
     "cuda_available", "default_generator", "empty", "empty_like", "evaluate", "exp",
     "float32", "float64", "from_array", "from_numpy", "full", "full_like", "int32", "int64",
     "kernel_counts", "log", "manual_seed", "matmul", "maximum", "minimum", "ones",

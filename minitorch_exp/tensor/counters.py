@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from .caches import invalidate
+
 _COUNTS: dict[tuple[str, str], int] = {}
 DEBUG = int(os.environ.get("MINITORCH_DEBUG", "0") or 0)
 
@@ -65,9 +67,11 @@ def count_kernels(device: str = "cpu"):
 
 
 def set_debug(level: int) -> None:
-    """Set the debug level (0-4) for this process."""
+    """Set the debug level (0-4) for this process; prepared calls made at the old level
+    are forgotten (``caches.invalidate``)."""
     global DEBUG
     DEBUG = int(level)
+    invalidate("debug level")
 
 
 def debug_level() -> int:

@@ -28,6 +28,7 @@ from . import capture, counters, creation
 from . import expr as _expr
 from . import layout as L
 from .backends import backend_for, device_backend, launch_for
+from .caches import invalidate, memo_table
 from .expr import (
     COMPLEX,
     MAPPER,
@@ -44,7 +45,6 @@ from .expr import (
 )
 from .plan import NotElementwise, make_plan, statement_key, statement_plan
 from .tensor import Tensor
-from .tokens import keep
 
 SAVERS = ("=", "+=", "-=", "*=", "/=")
 
@@ -103,7 +103,7 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
 
 
 #: statement key (``plan.statement_key``) -> the backend's launch for it (see ``assign``).
-_STATEMENT_LAUNCHES: dict[tuple, object] = {}
+_STATEMENT_LAUNCHES = memo_table("engine.statement_launches", 4096, stale_on_invalidate=True)
 
 
 def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
@@ -119,7 +119,7 @@ def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
     launch = _STATEMENT_LAUNCHES.get(key)
     if launch is None:
         _check(dst, e, saver)
-        launch = keep(_STATEMENT_LAUNCHES, key, launch_for(
+        launch = _STATEMENT_LAUNCHES.keep(key, launch_for(
             device_backend(dst.device), statement_plan(key), dst, leaves, saver))
     dst.storage.before_write()
     operands = [dst, *leaves]
@@ -142,10 +142,8 @@ def _record(call, launch, operands, scalars, dsts) -> None:
 
 def forget_launches() -> None:
     """Drop every kept launch and prepared assignment: what decided their kernel calls
-    changed (the CPU evaluator, a user op unregistered, the thread threshold)."""
-    _expr.new_epoch()  # prepared assignments are valid for one epoch
-    _STATEMENT_LAUNCHES.clear()
-    _GROUP_LAUNCHES.clear()
+    changed. The cache owner does it (``caches.invalidate``); this name stays for callers."""
+    invalidate("forget_launches")
 
 
 def assign_all(statements) -> None:
@@ -176,7 +174,7 @@ def assign_all(statements) -> None:
 
 #: group key (``_run_group``) -> the backend's launch for the statements, or None when
 #: they cannot share one loop.
-_GROUP_LAUNCHES: dict[tuple, object] = {}
+_GROUP_LAUNCHES = memo_table("engine.group_launches", 4096, stale_on_invalidate=True)
 
 
 def _run_group(items) -> bool:
@@ -206,7 +204,7 @@ def _run_group(items) -> bool:
     if launch is False:
         for dst, e, saver in items:
             _check(dst, e, saver)
-        launch = keep(_GROUP_LAUNCHES, key, _new_group_launch(items, dsts, keys, leaves))
+        launch = _GROUP_LAUNCHES.keep(key, _new_group_launch(items, dsts, keys, leaves))
     if launch is None:
         return False
     operands = [*dsts, *leaves]

@@ -26,10 +26,11 @@ import numbers
 import numpy as np
 
 from . import dtypes
+from .caches import memo_table, on_invalidate
 from .device import CPU
 from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_axis, normalize_shape
 from .ops import OPS, OpDef
-from .tokens import TREE, TreeToken, keep, leaf_tokens
+from .tokens import TREE, TreeToken, leaf_tokens
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
 
@@ -42,6 +43,9 @@ EPOCH = 0
 def new_epoch() -> None:
     global EPOCH
     EPOCH += 1
+
+
+on_invalidate(new_epoch)  # a change of evaluator or op also ends prepared assignments
 
 
 def set_realized(e, tensor) -> None:
@@ -329,7 +333,7 @@ class Scalar(Exp):
         scalar is immutable): a training loop's constants are made once. Zeros are
         not shared, since ``-0.0 == 0.0``."""
         scalar = Scalar(value)
-        return keep(_SCALARS, (type(value), value), scalar) if value else scalar
+        return _SCALARS.keep((type(value), value), scalar) if value else scalar
 
     def _view(self, fn, what):
         return self
@@ -387,9 +391,8 @@ class Map(Exp):
                 scalars += values
         info = _MAP_INFO.get(sig)
         if info is None:
-            info = keep(_MAP_INFO, sig, (_check_shapes(op.name, args), _map_dtype(op, args),
-                                         _check_devices(op.name, args), _tree_token(sig)),
-                        50_000)
+            info = _MAP_INFO.keep(sig, (_check_shapes(op.name, args), _map_dtype(op, args),
+                                        _check_devices(op.name, args), _tree_token(sig)))
         self.shape, self.dtype, self.device, self.token = info
         if leaves is not None and (len(leaves) > MAX_GATHERED_LEAVES
                                    or info[3].plan_tokens is None):
@@ -600,9 +603,10 @@ def operand_str(e) -> str:
 
 
 _WEAK_STANDIN = {float: 1.0, int: 1, bool: True}
-_SCALARS: dict[tuple, Scalar] = {}  # (type, value) -> Scalar (see Scalar.interned)
-_MAP_INFO: dict[tuple, tuple] = {}
-_MAP_DTYPES: dict[tuple, np.dtype] = {}
+_SCALARS = memo_table("expr.scalars", 4096)  # (type, value) -> Scalar (Scalar.interned)
+#: map signature -> (shape, dtype, device, token): a map's build-time checks
+_MAP_INFO = memo_table("expr.map_info", 50_000)
+_MAP_DTYPES = memo_table("expr.map_dtypes", 4096)  # (op, result rule, operand kinds) -> dtype
 
 #: A map gathers at most this many leaves; a bigger tree is walked when assigned.
 MAX_GATHERED_LEAVES = 32
@@ -632,9 +636,8 @@ def _map_dtype(op: OpDef, args) -> np.dtype:
     key = (op.name, op.result, kinds)
     dtype = _MAP_DTYPES.get(key)
     if dtype is None:
-        dtype = op.result_dtype([_WEAK_STANDIN.get(k, k) if isinstance(k, type) else k
-                                 for k in kinds])
-        _MAP_DTYPES[key] = dtype
+        dtype = _MAP_DTYPES.keep(key, op.result_dtype(
+            [_WEAK_STANDIN.get(k, k) if isinstance(k, type) else k for k in kinds]))
     return dtype
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import expr as _expr
+from .caches import invalidate, memo_table
 from .expr import RVALUE, Cast, Exp, Map, Scalar
 from .ops import OPS
 from .tokens import NOT_DST, LeafToken, TreeToken, leaf_tokens
@@ -68,7 +69,7 @@ class Plan:
         return "\n".join(lines)
 
 
-_PLANS: dict[tuple, Plan] = {}
+_PLANS = memo_table("plan.plans", 4096)  # plan key -> Plan (kernels hang on it)
 
 
 class NotElementwise(TypeError):
@@ -153,9 +154,7 @@ def _walk_root(e: Exp, leaves: list, scalars: list, key: list, storage) -> None:
 
 def _plan(key: tuple) -> Plan:
     plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = _build(key)
-    return plan
+    return _PLANS.keep(key, _build(key)) if plan is None else plan
 
 
 def statement_key(dst, e: Exp, saver: str) -> tuple[tuple, Sequence, Sequence]:
@@ -257,8 +256,7 @@ def plan_cache_size() -> int:
 
 def forget_op(name: str) -> None:
     """Drop the cached plans that use op ``name`` (called when a user op is unregistered)."""
-    from .engine import forget_launches
-    forget_launches()  # they hold kernels that call the old function
+    invalidate(f"op {name!r} unregistered")  # launches hold kernels calling its function
     for key, plan in list(_PLANS.items()):
         if any(ins.op == name for ins in plan.instrs):
             del _PLANS[key]

@@ -15,10 +15,13 @@ saves. So each fact is interned once as an object that hashes by identity:
 A tensor keeps its tokens (``leaf_tokens``); a map gets its token when it is
 built (``expr.Map``). Interning tables are bounded: cleared when large,
 while tokens already handed out stay valid (a new token for the same facts
-only costs a memo miss).
+only costs a memo miss). Memo tables themselves live with their owner,
+``caches.py``.
 """
 
 from __future__ import annotations
+
+from .caches import memo_table
 
 
 class TreeToken:
@@ -68,13 +71,13 @@ def memo(table: dict, key, make, limit: int = 4096):
     return keep(table, key, make(), limit) if found is False else found
 
 
-_INTERNED: dict[tuple, object] = {}
+_INTERNED = memo_table("tokens.interned", 1 << 16)
 NOT_DST, DST, TREE = 0, 1, 2  # the positions in a tensor's ``leaf_tokens``
 
 
 def _intern(facts: tuple, make):
     token = _INTERNED.get(facts)  # ``memo`` spelled out: this runs for every new tensor
-    return keep(_INTERNED, facts, make(), 1 << 16) if token is None else token
+    return _INTERNED.keep(facts, make()) if token is None else token
 
 
 def leaf_tokens(t) -> tuple[LeafToken, LeafToken, TreeToken]:
