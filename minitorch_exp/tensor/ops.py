@@ -191,9 +191,12 @@ def _d_where(g, out, c, a, b):
 
 
 def _d_clip(g, out, x, lo, hi):
+    # As torch.clamp: x gets g only where lo <= x <= hi holds, so a NaN x or a NaN
+    # bound gets 0; a bound gets g where the value is that bound (hi when lo > hi).
     e = _e()
-    below, above = x < lo, x > hi
-    return e.where(below | above, 0, g), e.where(below, g, 0), e.where(above, g, 0)
+    inside = (x >= lo) & (x <= hi)
+    return (e.where(inside, g, 0), e.where((x < lo) & (lo < hi), g, 0),
+            e.where((x > hi) | (hi < lo), g, 0))
 
 
 def _no_grad(g, out, *args):
