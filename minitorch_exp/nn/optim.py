@@ -41,13 +41,12 @@ class Optimizer:
         if not params:
             raise ValueError("optimizer got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{"params": params}]
-        self.param_groups = [{**defaults, **g, "params": list(g["params"])} for g in groups]
+        self.defaults = dict(defaults)
+        self.param_groups = [dict(g) for g in groups]
         self.state: dict[int, dict] = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                if not isinstance(p, Node) or not p.requires_grad:
-                    raise TypeError("optimizer params must be Nodes with requires_grad=True")
-        self._flat = [FlatGroup.make(g["params"]) for g in self.param_groups]
+        self._flat: list[FlatGroup | None] = []
+        self._known: list[dict] = []  # the groups ``_flat`` was made for, in order
+        self._take_new_groups()
 
     def __setattr__(self, name: str, value) -> None:
         if name == "param_groups":  # groups changed later: mt.capture records again
@@ -55,6 +54,77 @@ class Optimizer:
                 structure_changed()
             value = GroupList(value)
         object.__setattr__(self, name, value)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group of parameters, as ``torch.optim.Optimizer.add_param_group``: the
+        next ``step()`` updates them too (fine-tuning: a frozen part unfrozen and added).
+
+        ``param_group`` is a dict with ``"params"`` (a list or tuple of parameters, or
+        one) and any of the optimizer's options; the others are taken from the
+        optimizer's ``defaults``. The dict itself is completed and appended to
+        ``param_groups``. A parameter already in a group is a ValueError naming it.
+        Appending to ``param_groups`` directly does the same, checked at the next step.
+        """
+        if not isinstance(param_group, dict):
+            raise TypeError(f"add_param_group takes a dict, got {type(param_group).__name__}")
+        self._take_new_groups()  # groups appended directly before come first
+        param_group["params"] = self._checked_params(param_group, self._param_ids(),
+                                                     "the new group")
+        self.param_groups.append(param_group)  # moves the version: mt.capture records again
+        self._take_new_groups()
+
+    def _param_ids(self) -> dict[int, tuple[int, int]]:
+        """id of each parameter of the known groups -> (group index, index in the group)."""
+        return {id(p): (g, k) for g, group in enumerate(self._known)
+                for k, p in enumerate(group["params"])}
+
+    @staticmethod
+    def _checked_params(group: dict, seen: dict, label: str) -> list:
+        """``group``'s parameters as a list, checked: Nodes that require grad, none of
+        them in ``seen`` (the parameters of the groups before)."""
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"a parameter group is a dict with 'params', got {group!r:.80}")
+        params = group["params"]
+        if isinstance(params, (set, frozenset)):
+            raise TypeError("optimizer parameters must be in an ordered collection (a list "
+                            "or tuple), not a set: its order changes between runs")
+        params = [params] if isinstance(params, Node) else list(params)
+        for k, p in enumerate(params):
+            if not isinstance(p, Node) or not p.requires_grad:
+                raise TypeError("optimizer params must be Nodes with requires_grad=True")
+            if id(p) in seen:
+                g, i = seen[id(p)]
+                raise ValueError(
+                    "some parameters appear in more than one parameter group: parameter "
+                    f"{k} of {label} ({p.dtype.name}, shape {tuple(p.shape)}) is parameter "
+                    f"{i} of group {g}")
+        return params
+
+    def _take_new_groups(self) -> None:
+        """Make the flat buffers of groups appended to ``param_groups`` since the last
+        call (by ``add_param_group``, ``append``, ``extend`` or ``param_groups = [*old,
+        new]``), after completing them with the defaults. The state is numbered
+        through the groups in order, so a group removed, replaced or moved is an error."""
+        groups, known = self.param_groups, self._known
+        if len(groups) == len(known) and all(a is b for a, b in zip(groups, known)):
+            return
+        if len(groups) < len(known) or not all(a is b for a, b in zip(groups, known)):
+            raise ValueError("optimizer param_groups changed other than by adding groups at "
+                             "the end (a group removed, replaced or moved); the optimizer's "
+                             "state follows the groups' order: add groups with "
+                             "add_param_group, or make a new optimizer")
+        seen = self._param_ids()
+        news = []
+        for g in range(len(known), len(groups)):  # all checked before any is taken
+            params = self._checked_params(groups[g], seen, f"group {g}")
+            seen.update({id(p): (g, k) for k, p in enumerate(params)})
+            news.append(params)
+        for group, params in zip(groups[len(known):], news):
+            group["params"] = params
+            for key, value in self.defaults.items():
+                group.setdefault(key, value)
+            self._flat.append(FlatGroup.make(params))
+            known.append(group)
 
     def _params(self):
         for group in self.param_groups:
@@ -69,6 +139,7 @@ class Optimizer:
                 p.grad.value[...] = 0
 
     def step(self) -> None:
+        self._take_new_groups()
         if capture.is_recording():
             self._recorded_step()
         else:
@@ -100,6 +171,7 @@ class Optimizer:
     def _storages(self) -> list:
         """The buffers a step writes: the parameters' and the optimizer state's (flat
         state included: ``share_state`` puts views of it in ``self.state``)."""
+        self._take_new_groups()
         tensors = [p.value for _, p in self._params()]
         tensors += [flat.values for flat in self._flat if flat is not None]
         tensors += [v for s in self.state.values() for v in s.values() if hasattr(v, "storage")]
@@ -127,6 +199,7 @@ class Optimizer:
 
     # ---- checkpoints ----------------------------------------------------------------
     def state_dict(self) -> dict:
+        self._take_new_groups()
         state = {i: {k: (Node(v) if hasattr(v, "storage") else v) for k, v in s.items()
                      if not k.startswith("_")}
                  for i, s in self.state.items()}
@@ -140,6 +213,7 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        self._take_new_groups()
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups) or any(
                 len(g["params"]) != len(mine["params"])
