@@ -29,11 +29,10 @@ The user-facing wrapper for a whole training step is ``node/capture.py``.
 from __future__ import annotations
 
 import contextlib
-import copy
 import threading
 
 from .counters import count
-from .expr import RVALUE, Cast, Map, Reduce, Scalar
+from .expr import COMPLEX, RVALUE, Reduce, Scalar
 
 
 class CaptureError(RuntimeError):
@@ -188,25 +187,20 @@ class RecordingBackend:
             self.rec.add(*call, dst.storage, tally=(dst.device.type, kind))
 
 
-def frozen(e):
+def frozen(e, root: bool = True):
     """``e`` as it reads now, for a call replayed by re-planning it.
 
-    Nodes already computed become their tensors; the others are copied, so a
-    result remembered on them later in the step (``realized``) cannot change
-    what the replay reads: at this point of the replay it would still hold the
-    previous call's numbers.
+    Nodes already computed become their tensors; the others are copied (through
+    the ``children``/``rebuild`` contract), so a result remembered on them later
+    in the step (``realized``) cannot change what the replay reads: at this
+    point of the replay it would still hold the previous call's numbers. The
+    root reduction is the engine's own: always copied.
     """
-    t = type(e)
-    if t is Reduce:  # the root, the engine's own copy
-        r = copy.copy(e)
-        r.x = frozen(e.x)
-        return r
-    if e.kind == RVALUE or t is Scalar:
+    if e.kind == RVALUE or type(e) is Scalar:
         return e
-    if e.realized is not None:
+    root_reduce = root and type(e) is Reduce
+    if e.realized is not None and not root_reduce:
         return e.realized
-    if t is Map:
-        return Map(e.op, tuple(frozen(a) for a in e.args))
-    if t is Cast:
-        return Cast(frozen(e.x), e.dtype)
-    raise TypeError(f"cannot record a reduction over a {t.__name__}")
+    if e.kind == COMPLEX and not root_reduce:
+        raise TypeError(f"cannot record a reduction over a {type(e).__name__}")
+    return e.rebuild(tuple([frozen(c, False) for c in e.children()]))

@@ -33,16 +33,15 @@ from .expr import (
     COMPLEX,
     MAPPER,
     RVALUE,
-    Cast,
     Dot,
     Exp,
-    Map,
     Reduce,
     Scalar,
     ViewExp,
     as_exp,
     operand_str,
 )
+from .lower import Visitor, root_body
 from .plan import NotElementwise, make_plan, statement_key, statement_plan
 from .tensor import Tensor
 
@@ -288,41 +287,24 @@ def evaluate_copy(t):
     return dst
 
 
-def resolve_boundaries(e: Exp, root: bool = True) -> Exp:
-    """Replace complex nodes below the root by the tensors they evaluate to.
-
-    The root may stay complex (its own kernel writes into ``dst``); a ``Dot``
-    root gets tensor operands, a ``Reduce`` root keeps its fused elementwise
-    input, a ``ViewExp`` is evaluated and viewed.
-    """
-    t = type(e)
-    if e.kind == RVALUE or t is Scalar:
-        return e
-    if e.realized is not None:
+def resolve_boundaries(e: Exp) -> Exp:
+    """Compute the complex nodes below the root of ``e``, returning what the root's own
+    kernel computes (``lower.root_body``): a ``Dot`` over tensors, a ``Reduce`` over its
+    fused input, an elementwise body over tensors (a ``ViewExp``'s base computed, then
+    viewed)."""
+    if e.kind != RVALUE and type(e) is not Scalar and e.realized is not None:
         return e.realized
-    if t is Map:
-        args = tuple(resolve_boundaries(a, False) for a in e.args)
-        return e if all(x is y for x, y in zip(args, e.args)) else Map(e.op, args)
-    if t is Cast:
-        x = resolve_boundaries(e.x, False)
-        return e if x is e.x else Cast(x, e.dtype)
-    if t is ViewExp:
-        return e.fn(realize(e.base))
-    if not root:
+    return root_body(e, _REALIZING)
+
+
+class _Realizing(Visitor):
+    """The engine's visitor of the lowering walk: a boundary is computed and remembered."""
+
+    def temporary(self, e: Exp, cut: str) -> Exp:
         return realize(e)
-    if t is Dot:
-        return Dot(realize(e.a), realize(e.b))
-    if t is Reduce:
-        x = resolve_boundaries(e.x, False)
-        return e if x is e.x else _rebuild_reduce(e, x)
-    raise TypeError(f"cannot evaluate {t.__name__}")
 
 
-def _rebuild_reduce(e: Reduce, x: Exp) -> Reduce:
-    r = Reduce.__new__(Reduce)
-    r.op, r.x, r.axes, r.keepdims = e.op, x, e.axes, e.keepdims
-    r.shape, r.dtype, r.device = e.shape, e.dtype, e.device
-    return r
+_REALIZING = _Realizing()
 
 
 def _check_assign(dst, e: Exp, saver: str) -> None:

@@ -15,8 +15,8 @@ will run:
 * the **cost** against eager NumPy, which runs op by op and allocates a new
   array for every op.
 
-The splitting into kernels mirrors ``engine.resolve_boundaries`` without
-evaluating anything. ``explain_node`` does the same for the Node graph, and
+The kernels come from ``lower.split``: the walk the engine itself takes,
+with a visitor that computes nothing. ``explain_node`` does the same for the Node graph, and
 ``debug_run`` prints each kernel as it runs when ``MINITORCH_DEBUG`` is set.
 This module reads Nodes by duck typing, so ``tensor/`` still never imports
 ``node/``.
@@ -38,8 +38,6 @@ from .device import as_device
 from .expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, as_exp, describe
 from .graphwalk import post_order
 from .kernels import (
-    Kernel,
-    Splitter,
     body_leaves,
     compiled_source,
     eager_traffic,
@@ -48,9 +46,8 @@ from .kernels import (
     numpy_schedule,
     plural,
     realized,
-    split,
-    unique,
 )
+from .lower import Kernel, Splitter, split, unique
 from .tensor import Tensor
 
 # ---- names: call leaves what the user called them --------------------------------
@@ -443,7 +440,7 @@ def wrap(prefix: str, text: str, width: int = 92) -> list[str]:
 def reused_text(s: Splitter, names: Names) -> list[str]:
     """Values computed before (kept by the user, or shared): a boundary that costs nothing."""
     lines = []
-    for e in unique(s.reused):
+    for e in unique(s.reused_nodes):
         lines += wrap("  note: ", f"{describe(e)} was computed earlier and kept as "
                       f"{names(realized(e))} (a value that escaped to the user, or a shared "
                       "one): it is read from memory here, not recomputed")

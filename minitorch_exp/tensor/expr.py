@@ -292,7 +292,13 @@ class Exp:
         return str(self.numpy())
 
     def children(self) -> tuple[Exp, ...]:
+        """The operands, in order: with ``rebuild`` the one traversal contract of a node
+        kind (``lower.py`` walks every tree through these two)."""
         return ()
+
+    def rebuild(self, children: tuple) -> Exp:
+        """A node like this one over ``children`` (a leaf has none: itself)."""
+        return self
 
 
 def describe(e: Exp) -> str:
@@ -406,6 +412,9 @@ class Map(Exp):
     def children(self):
         return self.args
 
+    def rebuild(self, children):
+        return Map(self.op, tuple(children))
+
     def _view(self, fn, what):
         return Map(self.op, tuple(
             a if type(a) is Scalar else fn(a.broadcast_to(self.shape)) for a in self.args))
@@ -476,6 +485,9 @@ class Cast(Exp):
     def children(self):
         return (self.x,)
 
+    def rebuild(self, children):
+        return Cast(children[0], self.dtype)
+
     def _view(self, fn, what):
         return Cast(fn(self.x), self.dtype)
 
@@ -518,6 +530,9 @@ class ViewExp(Complex):
     def children(self):
         return (self.base,)
 
+    def rebuild(self, children):
+        return ViewExp(children[0], self.fn, self.what, self.reason)
+
 
 class Dot(Complex):
     """Matrix product with NumPy's ``matmul`` shape rules (1-D, 2-D and batched)."""
@@ -533,6 +548,9 @@ class Dot(Complex):
 
     def children(self):
         return (self.a, self.b)
+
+    def rebuild(self, children):
+        return Dot(*children)
 
     def transpose(self, i: int = 0, j: int = 1) -> Exp:
         if {i % self.ndim, j % self.ndim} == {self.ndim - 2, self.ndim - 1}:
@@ -578,6 +596,14 @@ class Reduce(Complex):
 
     def children(self):
         return (self.x,)
+
+    def rebuild(self, children):
+        """This reduction over a new input (same axes, shape and dtype; not realized)."""
+        r = Reduce.__new__(Reduce)
+        r.op, r.x, r.axes, r.keepdims, r.realized = self.op, children[0], self.axes, \
+            self.keepdims, None
+        r.shape, r.dtype, r.device = self.shape, self.dtype, self.device
+        return r
 
     @property
     def kept_shape(self):

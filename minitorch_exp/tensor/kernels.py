@@ -1,162 +1,28 @@
-"""Kernels: how a tree splits into the passes the engine will run, their code, their bytes.
+"""Kernels described: the code each kernel of a split runs, and the bytes it moves.
 
-``split(e)`` walks an expression as ``engine.resolve_boundaries`` will, but
-computes nothing: every dot, every reduction whose result feeds more
-elementwise work, and every view that cannot be pushed to the leaves becomes
-a kernel of its own, and its consumer reads it from a temporary (a data-less
-placeholder here). Everything else -- maps, casts, scalars -- fuses into the
-kernel that needs it. ``explain.py`` turns the result into text; this module
-also writes each kernel's code (the NumPy schedule, or the numba / CUDA
-source) and counts the bytes it moves, against eager NumPy's op-by-op passes.
+``lower.split(e)`` cuts a tree into the kernels the engine will run (the same
+walk the engine takes). For each ``lower.Kernel`` this module writes its code
+-- the NumPy schedule, or the numba / CUDA source -- and counts the bytes it
+moves against eager NumPy's op-by-op passes; ``explain.py`` turns both into text.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import layout as L
-from .expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, describe
+from .expr import RVALUE, Exp, Reduce, Scalar, ViewExp
+from .lower import Kernel
 from .ops import OPS
-from .plan import make_plan
 from .tensor import Tensor
-
-# ---- splitting (mirrors engine.resolve_boundaries) -----------------------------------
-
-
-@dataclass(eq=False)
-class Kernel:
-    """One pass the engine will run: ``body`` is what it computes, inputs as leaves."""
-
-    number: int
-    kind: str                  # fused | reduce | blas
-    node: Exp                  # the original node whose value this kernel produces
-    body: Exp                  # ``node`` with inputs from other kernels replaced by temporaries
-    members: list              # original nodes computed inside this kernel
-    cut: str = ""              # why it is a kernel of its own ("" for the last one)
-    loop_shape: tuple = ()
-    _plan: tuple | None = field(default=None, repr=False)
-
-    @property
-    def name(self) -> str:
-        return f"K{self.number}"
-
-    def planned(self):
-        """``(plan, leaves, scalars)`` for the elementwise part, or None for BLAS."""
-        if self._plan is None and self.kind != "blas":
-            x = self.body.x if self.kind == "reduce" else self.body
-            if type(x) is not Scalar:
-                self._plan = make_plan(x, len(self.loop_shape))
-        return self._plan
-
-
-class Splitter:
-    """Walks a tree once, cutting it where the engine will, computing nothing.
-
-    ``labels`` names what the split invents: ``K1`` for kernel 1's temporary,
-    ``K1.reshape(24,)`` for a view of it.
-    """
-
-    def __init__(self):
-        self.labels: dict[int, str] = {}
-        self.kernels: list[Kernel] = []
-        self.kernel_of: dict[int, Kernel] = {}
-        self.temps: dict[int, Tensor] = {}
-        self.reused: list[Exp] = []  # nodes already computed: read, not recomputed
-
-    def kernel(self, e: Exp, cut: str = "", loop_shape=None) -> Kernel:
-        members: list = []
-        if type(e) is Dot:
-            kind, body = "blas", Dot(self.operand(e.a), self.operand(e.b))
-            members.append(e)
-        elif type(e) is Reduce:
-            kind, body = "reduce", _with_input(e, self.fuse(e.x, e, members))
-            members.append(e)
-        else:
-            kind, body = "fused", self.fuse(e, None, members)
-        loop = e.x.shape if kind == "reduce" else (loop_shape or e.shape)
-        k = Kernel(len(self.kernels) + 1, kind, e, body, unique(members), cut, loop)
-        self.kernels.append(k)
-        for m in k.members:
-            self.kernel_of[id(m)] = k
-        return k
-
-    def fuse(self, e: Exp, consumer, members: list) -> Exp:
-        """The elementwise part of ``e``; complex children become temporaries."""
-        if e.kind == RVALUE or type(e) is Scalar:
-            return e
-        if realized(e) is not None:
-            self.reused.append(e)
-            return realized(e)
-        if type(e) is Map:
-            members.append(e)
-            args = tuple(self.fuse(a, e, members) for a in e.args)
-            return e if all(x is y for x, y in zip(args, e.args)) else Map(e.op, args)
-        if type(e) is Cast:
-            members.append(e)
-            x = self.fuse(e.x, e, members)
-            return e if x is e.x else Cast(x, e.dtype)
-        if type(e) is ViewExp:
-            members.append(e)
-            base = self.temporary(e.base, e.reason)
-            view = e.fn(base)
-            self.labels[id(view)] = f"{self.labels[id(base)]}.{e.what}"
-            return view
-        return self.temporary(e, cut_reason(e, consumer))
-
-    def operand(self, x: Exp) -> Exp:
-        """A matmul operand: BLAS reads memory, so anything lazy is computed first."""
-        if x.kind == RVALUE or realized(x) is not None:
-            return x if x.kind == RVALUE else realized(x)
-        return self.temporary(x, f"BLAS reads its operands from memory, so this {describe(x)} "
-                                 "operand is computed into a temporary first")
-
-    def temporary(self, e: Exp, cut: str) -> Tensor:
-        t = self.temps.get(id(e))
-        if t is None:
-            k = self.kernel(e, cut)
-            t = self.temps[id(e)] = Tensor.meta(e.shape, e.dtype)
-            t.device = e.device
-            self.labels[id(t)] = k.name
-        return t
 
 
 def realized(e):
     """The tensor a node was already evaluated to, if any (tensors and scalars: None)."""
     return getattr(e, "realized", None)
-
-
-def cut_reason(e: Exp, consumer) -> str:
-    user = describe(consumer) if consumer is not None else "the next step"
-    if type(e) is Dot:
-        return f"matmul runs as its own BLAS call; `{user}` reads its result from a temporary"
-    return (f"{describe(e)} must see all of its input before `{user}` can use any result, "
-            "so it finishes into a temporary first")
-
-
-def _with_input(e: Reduce, x: Exp) -> Reduce:
-    if x is e.x:
-        return e
-    r = Reduce.__new__(Reduce)
-    r.op, r.x, r.axes, r.keepdims, r.realized = e.op, x, e.axes, e.keepdims, None
-    r.shape, r.dtype, r.device = e.shape, e.dtype, e.device
-    return r
-
-
-def unique(items: list) -> list:
-    seen: dict[int, object] = {}
-    for x in items:
-        seen.setdefault(id(x), x)
-    return list(seen.values())
-
-
-def split(e: Exp, loop_shape=None) -> Splitter:
-    """The kernels that evaluating ``e`` (into a tensor of ``loop_shape``) will run, in order."""
-    s = Splitter()
-    s.kernel(e, loop_shape=loop_shape)
-    return s
 
 
 # ---- the code each kernel runs ---------------------------------------------------

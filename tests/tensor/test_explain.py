@@ -12,7 +12,8 @@ import pytest
 from minitorch_exp.tensor import count_kernels, counters, from_numpy, randn, tensor, zeros
 from minitorch_exp.tensor.backends import using_cpu_backend
 from minitorch_exp.tensor.explain import SECTIONS, explain
-from minitorch_exp.tensor.kernels import eager_traffic, fused_traffic, human_bytes, plural, split
+from minitorch_exp.tensor.kernels import eager_traffic, fused_traffic, human_bytes, plural
+from minitorch_exp.tensor.lower import split
 
 ETA, LAM = 0.1, 0.01
 
