@@ -157,7 +157,7 @@ def assign_all(statements) -> None:
     a grouped kernel, they run one at a time. The result is the same either way.
     """
     items = [(dst, as_exp(e), rest[0] if rest else "=") for dst, e, *rest in statements]
-    if len(items) > 1 and not counters.DEBUG and all(
+    if len(items) > 1 and all(
             type(dst) is Tensor and type(e) is not Scalar and e.kind != COMPLEX
             for dst, e, _ in items):
         try:
@@ -207,7 +207,13 @@ def _run_group(items) -> bool:
     if launch is None:
         return False
     operands = [*dsts, *leaves]
-    call = launch.run(operands, scalars)
+    if counters.DEBUG:  # the kernel that runs without debug, printed (explain.debug_group)
+        from .explain import debug_group
+        calls = []
+        debug_group(lambda: calls.append(launch.run(operands, scalars)), items)
+        call = calls[0]
+    else:
+        call = launch.run(operands, scalars)
     if capture.active() is not None:
         _record(call, launch, operands, scalars, dsts)
     return True

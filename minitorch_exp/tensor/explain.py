@@ -648,6 +648,28 @@ def debug_run(run, dst, e: Exp, saver: str) -> None:
     print(text, flush=True)
 
 
+def debug_group(run, items) -> None:
+    """Run one grouped kernel (``assign_all``) and print it: one line for the kernel,
+    naming each statement it runs, in order."""
+    dst = items[0][0]
+    sync = _synchronize(dst.device)
+    sync()
+    start = time.perf_counter()
+    run()
+    sync()
+    number = next(_RUNS)
+    names = Names(caller_names())
+    parts = "; ".join(f"{names(d)} {saver} {_short(formula(e, names), 40)}"
+                      for d, e, saver in items)
+    line = (f"[mt #{number}] fused  {dst.device}/{backend_for(dst.device).name:<5} "
+            f"{len(items)} statements over {shape_str(dst)}  {parts}")
+    if counters.DEBUG >= 2:
+        line += f"  | {(time.perf_counter() - start) * 1e3:.3f} ms"
+    for d, _, _ in items:
+        _PRODUCED[d.storage] = f"#{number}"
+    print(line, flush=True)
+
+
 def _synchronize(device):
     if device.type != "cuda":
         return lambda: None
