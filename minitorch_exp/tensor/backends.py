@@ -4,6 +4,14 @@
 imports) and ``numpy`` (block-by-block ufuncs, the reference). ``cuda`` has one
 generated CUDA kernel per Plan. Choose the CPU one with ``set_cpu_backend`` or
 the environment variable ``MINITORCH_CPU_BACKEND``.
+
+What the engine may call on a backend is written down in
+``backend_contract.Backend``; every backend implements all of it. This module
+picks the backend and is called by the engine; like the backends, it never
+imports the engine, the planner or capture. Choosing another CPU backend goes
+to the cache owner (``caches.invalidate``): the launches the engine keeps hold
+the old backend's kernels. ``generation()`` tells a caller whether that
+happened since it last looked.
 """
 
 from __future__ import annotations
@@ -12,7 +20,8 @@ import contextlib
 import os
 import sys
 
-from . import capture
+from . import caches
+from .backend_contract import Backend
 
 
 def _default_numba_threading_layer() -> None:
@@ -75,15 +84,7 @@ def _cpu_backend(name: str):
     return backend
 
 
-def backend_for(device):
-    """The backend that evaluates on ``device`` (recording its kernels during a capture)."""
-    backend = device_backend(device)
-    if capture.active() is not None:
-        return capture.RecordingBackend(backend, capture.active())
-    return backend
-
-
-def device_backend(device):
+def device_backend(device) -> Backend:
     """The evaluator of ``device`` itself (what launches are made from: they are kept
     across captures, so never a recording wrapper)."""
     if device.type == "cpu":
@@ -99,26 +100,18 @@ def device_backend(device):
     return cuda_backend()
 
 
-def launch_for(backend, plan, dst, leaves, saver: str):
-    """What runs ``plan`` into ``dst`` for this combination of layouts: an object whose
-    ``run(operands, scalars)`` (operands: dst, then the leaves) runs the kernel and
-    returns ``(function, args)`` that repeat it, or None. Evaluators without such
-    objects of their own are run through their ``elementwise`` each time."""
-    make = getattr(backend, "launch", None)
-    return make(plan, dst, leaves, saver) if make else EvaluatorLaunch(backend, plan, saver)
+def launch_for(backend: Backend, plan, dst, leaves, saver: str):
+    """``backend.launch(...)``: what runs ``plan`` into ``dst`` for this combination of
+    layouts (``backend_contract.KernelLaunch``). Kept for callers of the old name."""
+    return backend.launch(plan, dst, leaves, saver)
 
 
-class EvaluatorLaunch:
-    """A launch that calls an evaluator's ``elementwise`` (NumPy blocks, CUDA) each run."""
-
-    __slots__ = ("backend", "plan", "saver")
-
-    def __init__(self, backend, plan, saver: str):
-        self.backend, self.plan, self.saver = backend, plan, saver
-
-    def run(self, operands, scalars):
-        return self.backend.elementwise(self.plan, operands[0], operands[1:], scalars,
-                                        self.saver)
+def generation() -> int:
+    """A number that moves whenever something that decided a kernel call changes: the
+    CPU backend, numba's thread threshold, an op unregistered, the debug level (all
+    through ``caches.invalidate``). A launch or call kept at one generation must not
+    be run at another."""
+    return caches.generation()
 
 
 def cpu_backend() -> str:
@@ -129,8 +122,7 @@ def set_cpu_backend(name: str) -> None:
     """Select the CPU evaluator: ``'numba'`` (compiled) or ``'numpy'`` (reference)."""
     _cpu_backend(name)
     _state["cpu"] = name
-    from .engine import forget_launches
-    forget_launches()  # they hold the old evaluator's kernels
+    caches.invalidate(f"CPU backend {name!r}")  # kept launches hold the old one's kernels
 
 
 @contextlib.contextmanager
@@ -141,3 +133,43 @@ def using_cpu_backend(name: str):
         yield
     finally:
         set_cpu_backend(old)
+
+
+# ---- transition: the engine's current call style -----------------------------
+# Until the engine lowers a reduction's input itself (``Backend.reduce`` takes it)
+# and records the calls of a capture itself, it reaches backends through
+# ``backend_for``. These imports are the last ones of the planner and of capture
+# in a backend module; they go with this section.
+
+def backend_for(device):
+    """TRANSITION. The backend of ``device`` as the engine calls it today: reductions
+    without their lowered input (planned here), recording its kernels during a capture."""
+    from . import capture
+    inner = device_backend(device)
+    backend = _ENGINE_FACING.get(inner.name)
+    if backend is None or backend.inner is not inner:
+        backend = _ENGINE_FACING[inner.name] = _Lowering(inner)
+    rec = capture.active()
+    return backend if rec is None else capture.RecordingBackend(backend, rec)
+
+
+class _Lowering:
+    """TRANSITION. ``Backend`` with ``reduce(dst, e, saver)``: lowers ``e.x`` first."""
+
+    __slots__ = ("inner", "name")
+
+    def __init__(self, inner: Backend):
+        self.inner, self.name = inner, inner.name
+
+    def elementwise(self, plan, dst, leaves, scalars, saver: str):
+        return self.inner.elementwise(plan, dst, leaves, scalars, saver)
+
+    def dot(self, dst, a, b, saver: str):
+        return self.inner.dot(dst, a, b, saver)
+
+    def reduce(self, dst, e, saver: str):
+        from .plan import make_plan
+        return self.inner.reduce(dst, e, saver, make_plan(e.x, e.x.ndim))
+
+
+_ENGINE_FACING: dict[str, _Lowering] = {}  # backend name -> its adapter

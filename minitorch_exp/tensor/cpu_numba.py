@@ -107,15 +107,14 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from . import caches, dtypes, kernel_cache
 from . import codegen as C
-from . import dtypes, kernel_cache
 from . import layout as L
-from .backends import EvaluatorLaunch
+from .backend_contract import EvaluatorLaunch, Lowered
 from .counters import _COUNTS, count
 from .cpu_numpy import NumpyBackend, overlaps
 from .kernel_cache import cache_dir  # noqa: F401 - cpu_numba.cache_dir still works
 from .ops import OPS
-from .plan import make_plan
 from .tokens import memo
 
 MAX_DIMS = 4
@@ -141,9 +140,7 @@ def set_parallel_min(elements: int | None) -> None:
     default). Launches worked out under the old value are forgotten."""
     global PARALLEL_MIN
     PARALLEL_MIN = elements
-    _LAUNCHES.clear()
-    from .engine import forget_launches
-    forget_launches()
+    caches.invalidate("numba parallel threshold")  # launches hold may_parallel
 
 # LLVM vectorizes arithmetic, comparisons and sqrt, but exp, log and tanh
 # become one libm call per element (no vector math library here), while
@@ -634,10 +631,10 @@ class NumbaBackend:
     def dot(self, dst, a, b, saver: str):
         return self.fallback.dot(dst, a, b, saver)
 
-    def reduce(self, dst, e, saver: str):
+    def reduce(self, dst, e, saver: str, lowered: Lowered):
         """Run the reduction's kernel; return a repeatable ``(function, args)`` as
         ``elementwise`` does, or None."""
-        plan, leaves, scalars = make_plan(e.x, e.x.ndim)
+        plan, leaves, scalars = lowered
         large = e.x.numel() >= NUMPY_FROM
         loops = None if _numpy_reduces_better(e.op, large, plan) else \
             _reduce_loops(dst, e, leaves)
@@ -645,7 +642,7 @@ class NumbaBackend:
             plan, e.op, len(loops.kept), len(loops.reduced), saver, loops.kinds, dst.dtype,
             loops.by_columns))
         if kernel is None:
-            return self.fallback.reduce(dst, e, saver)
+            return self.fallback.reduce(dst, e, saver, lowered)
         count("cpu", "reduce")
         if dst.numel() == 0:
             return None
@@ -817,7 +814,8 @@ def _launch(kernel, shape, tails, copies, elements: int) -> Launch:
     return Launch(kernel, elements >= parallel_min(), template, tuple(holes))
 
 
-_LAUNCHES: dict[tuple, Launch | None] = {}
+#: (plan, saver, dst dtype, layouts, aliasing) -> its Launch, or None (the NumPy evaluator)
+_LAUNCHES = caches.memo_table("numba.launches", 4096, stale_on_invalidate=True)
 
 
 def _elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
@@ -831,7 +829,7 @@ def _elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
            *[(t.layout, t.storage is storage) for t in leaves])
     launch = _LAUNCHES.get(key, False)  # ``memo`` spelled out: this runs per statement
     if launch is False:
-        launch = memo(_LAUNCHES, key, lambda: _make_elementwise_launch(plan, dst, leaves, saver))
+        launch = _LAUNCHES.keep(key, _make_elementwise_launch(plan, dst, leaves, saver))
     return launch
 
 

@@ -6,7 +6,10 @@ block runs the whole program through a few reused scratch buffers, so every
 intermediate stays in cache and nothing as large as the operands is allocated.
 Arrays that fit in one block skip the blocking machinery entirely.
 
-This evaluator is the reference the compiled ones are tested against.
+This evaluator is the reference the compiled ones are tested against. It
+implements ``backend_contract.Backend`` and, like every backend, imports
+nothing of the engine, the planner or capture: a reduction's input arrives
+lowered (``Lowered``).
 """
 
 from __future__ import annotations
@@ -18,10 +21,9 @@ import os
 import numpy as np
 
 from . import layout as L
+from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
 from .ops import OPS
-from .plan import make_plan
-from .tensor import array_view
 
 # Measured on the 2-core reference machine (benchmarks/bench_block_size.py, Adam update
 # at 1e7 float32; results/numpy_block_size.md): 2^12 was 3.3x slower than 2^16 (per-block
@@ -211,7 +213,7 @@ class NumpyBackend:
         shape = dst.shape
         layouts = [dst.layout] + [L.broadcast_layout(t.layout, shape) for t in leaves]
         cshape, cstrides = L.coalesce(shape, *[lay.strides for lay in layouts])
-        views = [array_view(src.storage, L.Layout(cshape, st, lay.offset))
+        views = [strided_view(src.storage.data, L.Layout(cshape, st, lay.offset))
                  for src, lay, st in zip([dst, *leaves], layouts, cstrides)]
         out, ins = views[0], views[1:]
         for i, t in enumerate(leaves):
@@ -223,6 +225,14 @@ class NumpyBackend:
             blk = out[idx]
             run_program(sched, [a[idx] for a in ins] + list(scalars), blk, saver,
                         scratch, blk.shape)
+
+    def launch(self, plan, dst, leaves, saver: str) -> EvaluatorLaunch:
+        """Each run goes through ``elementwise``: blocks are cut per call."""
+        return EvaluatorLaunch(self, plan, saver)
+
+    def group_launch(self, dsts, plans, leaves, savers) -> None:
+        """None: no grouped kernels here; the statements run one at a time."""
+        return None
 
     def dot(self, dst, a, b, saver: str):
         """BLAS through ``np.matmul``; returns the call that repeats it when it wrote
@@ -236,28 +246,30 @@ class NumpyBackend:
         save(dst.array, np.matmul(a.array, b.array), saver)
         return None
 
-    def reduce(self, dst, e, saver: str) -> None:
+    def reduce(self, dst, e, saver: str, lowered: Lowered) -> None:
+        """Through ``ufunc.reduce``: whole when the input is a tensor or one block, else
+        block by block (``_blocked_reduce``). Always None: nothing to repeat as one call."""
         count("cpu", "reduce")
-        x = e.x
+        x_shape = e.x.shape
         if dst.numel() == 0:
-            return
+            return None
         # Results come out with the kept (size-1) dims; ``e.shape`` drops them, and
         # dst may be larger still (the result broadcasts into it).
         if e.op == "argmax":
-            values = _materialize(x)
-            axis = None if len(e.axes) == x.ndim and x.ndim != 1 else e.axes[0]
-            r = np.argmax(values, axis=axis)
+            values = _materialize(lowered, e.x)
+            whole = len(e.axes) == len(x_shape) and len(x_shape) != 1
+            r = np.argmax(values, axis=None if whole else e.axes[0])
             save(dst.array, r.reshape(e.shape), saver)
-            return
-        if x.kind == 0 or x.numel() <= BLOCK:
-            values = _materialize(x)
-            r = _reduce_array(e.op, values, e.axes, e.dtype)
+            return None
+        if whole_tensor(lowered, x_shape) is not None or math.prod(x_shape) <= BLOCK:
+            r = _reduce_array(e.op, _materialize(lowered, e.x), e.axes, e.dtype)
         else:
-            r = _blocked_reduce(e)
+            r = _blocked_reduce(e, lowered)
         if e.op == "mean":
             with np.errstate(invalid="ignore", divide="ignore"):  # empty: nan, as NumPy
-                r = r / math.prod(x.shape[a] for a in e.axes)
+                r = r / math.prod(x_shape[a] for a in e.axes)
         save(dst.array, r.astype(e.dtype, copy=False).reshape(e.shape), saver)
+        return None
 
 
 def _matmul_into(a, b, out) -> None:
@@ -270,17 +282,19 @@ def _reduce_array(op, values, axes, dtype):
                         dtype=None if op in ("max", "min") else dtype)
 
 
-def _materialize(x):
-    """The values of an elementwise expression as an ndarray (tensors: no copy)."""
-    if x.kind == 0:
-        return x.array
-    plan, leaves, scalars = make_plan(x, x.ndim)
+def _materialize(lowered: Lowered, x):
+    """The values of a lowered input as an ndarray of ``x``'s shape and dtype (a tensor:
+    no copy); ``x`` (the input expression) gives nothing else."""
+    t = whole_tensor(lowered, x.shape)
+    if t is not None:
+        return t.array
+    plan, leaves, scalars = lowered
     out = np.empty(x.shape, x.dtype)
     run_program(schedule_for(plan), [t.array for t in leaves] + list(scalars), out, "=")
     return out
 
 
-def _blocked_reduce(e):
+def _blocked_reduce(e, lowered: Lowered):
     """Reduce a large fused input block by block; no temporary the size of the input.
 
     The input is iterated with kept axes first and reduced axes last. A block
@@ -288,20 +302,21 @@ def _blocked_reduce(e):
     a block inside the reduced axes yields a partial result that is combined
     into its one output.
     """
-    x = e.x
-    kept = [i for i in range(x.ndim) if i not in e.axes]
+    x_shape = e.x.shape
+    kept = [i for i in range(len(x_shape)) if i not in e.axes]
     n_kept = len(kept)
     perm = tuple(kept) + e.axes
-    pshape = tuple(x.shape[i] for i in perm)
-    plan, leaves, scalars = make_plan(x, x.ndim)
+    pshape = tuple(x_shape[i] for i in perm)
+    plan, leaves, scalars = lowered
     sched = schedule_for(plan)
-    ins = [array_view(t.storage, L.permute_layout(L.broadcast_layout(t.layout, x.shape), perm))
+    ins = [strided_view(t.storage.data,
+                        L.permute_layout(L.broadcast_layout(t.layout, x_shape), perm))
            for t in leaves]
     ufunc = REDUCE_UFUNCS[e.op]
     acc = None if e.op in ("max", "min") else e.dtype
-    result = np.empty(pshape[:n_kept], acc or x.dtype)
+    result = np.empty(pshape[:n_kept], acc or e.x.dtype)
     scratch = [scratch_buffer(dt, i) for i, dt in enumerate(sched.scratch)]
-    values = scratch_buffer(x.dtype, len(scratch))
+    values = scratch_buffer(e.x.dtype, len(scratch))
     for idx in blocks(pshape, BLOCK):
         split = len(idx) - 1
         shape = (idx[split].stop - idx[split].start,) + pshape[split + 1:]
@@ -347,6 +362,17 @@ def scratch_buffer(dtype, index: int) -> np.ndarray:
     if buf is None:
         buf = _SCRATCH[key] = np.empty(BLOCK, dtype)
     return buf
+
+
+def strided_view(data: np.ndarray, layout: L.Layout) -> np.ndarray:
+    """An ndarray showing ``layout`` over the flat array ``data``, without copying
+    (``tensor.array_view`` on the CPU, which this module must not import)."""
+    item = data.dtype.itemsize
+    lo, _ = L.extent(layout)
+    base = data[lo:] if lo >= 0 and layout.numel else data
+    start = (layout.offset - lo) if layout.numel else 0
+    return np.ndarray(layout.shape, data.dtype, buffer=base, offset=start * item,
+                      strides=tuple(s * item for s in layout.strides))
 
 
 def overlaps(dst, storage, layout) -> bool:

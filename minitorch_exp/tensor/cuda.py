@@ -35,7 +35,8 @@ keeps the GPU busy when there are few outputs (a full sum).
 
 CuPy is imported only when a cuda backend is first used; ``cuda_source`` and
 ``cuda_reduce_source`` need neither CuPy nor a GPU (``explain()`` and the
-nvcc tests use them).
+nvcc tests use them). ``CudaBackend`` implements ``backend_contract.Backend``
+and imports nothing of the engine, the planner or capture.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ import numpy as np
 from . import codegen as C
 from . import dtypes
 from . import layout as L
+from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
+from .cpu_numpy import overlaps
 from .ops import OPS
 
 THREADS = 256            # threads per block; a power of two (shared-memory tree)
@@ -279,16 +282,24 @@ class CudaBackend:
         copied = any(a is not t.storage.data for a, t in zip(arrays[1:], leaves))
         return None if copied else (kernel, launch)
 
-    def reduce(self, dst, e, saver: str) -> None:
+    def launch(self, plan, dst, leaves, saver: str) -> EvaluatorLaunch:
+        """Each run goes through ``elementwise``, which returns the repeating call."""
+        return EvaluatorLaunch(self, plan, saver)
+
+    def group_launch(self, dsts, plans, leaves, savers) -> None:
+        """None: no grouped kernels on CUDA yet; the statements run one at a time."""
+        return None
+
+    def reduce(self, dst, e, saver: str, lowered: Lowered) -> None:
+        """Two kernels (``cuda_reduce_source``); argmax through CuPy. Always None."""
         if e.op == "argmax":
-            self._argmax(dst, e, saver)
-            return
+            self._argmax(dst, e, saver, lowered)
+            return None
         count("cuda", "reduce")
         if dst.numel() == 0:
-            return
-        from .plan import make_plan
+            return None
         x = e.x
-        plan, leaves, scalars = make_plan(x, x.ndim)
+        plan, leaves, scalars = lowered
         target = dst._try_view_reshape(e.kept_shape)
         out_layout = L.broadcast_layout(target.layout, x.shape)
         layouts, arrays = self._operands(dst, leaves, x.shape)
@@ -312,8 +323,10 @@ class CudaBackend:
                   *map(np.int64, kstrides[0]), np.float64(C.reduce_count(x.shape, e.axes))]
         blocks = min(MAX_BLOCKS, -(-n_out // THREADS))
         module.get_function("minitorch_finish")((blocks,), (THREADS,), tuple(finish))
+        return None
 
     def dot(self, dst, a, b, saver: str) -> None:
+        """cuBLAS through CuPy. Always None: CuPy's matmul is no bound kernel call."""
         count("cuda", "blas")
         cp = self.cp
         same_type = dst.dtype == np.result_type(a.dtype, b.dtype)
@@ -327,12 +340,23 @@ class CudaBackend:
         else:
             _save(cp, dst.array, cp.matmul(a.array, b.array), saver)
 
-    def _argmax(self, dst, e, saver) -> None:
-        from .engine import evaluate
+    def _argmax(self, dst, e, saver, lowered: Lowered) -> None:
         count("cuda", "reduce")
-        values = evaluate(e.x).array
-        axis = None if len(e.axes) == e.x.ndim and e.x.ndim != 1 else e.axes[0]
+        values = self._values(lowered, e.x)
+        ndim = len(e.x.shape)
+        axis = None if len(e.axes) == ndim and ndim != 1 else e.axes[0]
         _save(self.cp, dst.array, self.cp.argmax(values, axis=axis).reshape(dst.shape), saver)
+
+    def _values(self, lowered: Lowered, x):
+        """A lowered input's values as an array of ``x``'s shape and dtype (a tensor:
+        itself; else one elementwise kernel into a new array)."""
+        t = whole_tensor(lowered, x.shape)
+        if t is not None:
+            return t.array
+        out = _Scratch(self.cp.empty(math.prod(x.shape), x.dtype), x.shape)
+        plan, leaves, scalars = lowered
+        self.elementwise(plan, out, leaves, scalars, "=")
+        return out.storage.data.reshape(x.shape)
 
     def _operands(self, dst, leaves, shape):
         """Leaves broadcast to ``shape``, each copied first if it overlaps dst elsewhere."""
@@ -362,8 +386,29 @@ def _scalar_args(plan, scalars) -> list:
 
 
 def _overlaps(dst, t, layout=None) -> bool:
-    from .cpu_numpy import overlaps
     return overlaps(dst, t.storage, layout or t.layout)
+
+
+class _Scratch:
+    """A new contiguous array standing in for a destination tensor (what
+    ``elementwise`` reads of one): nothing else shares its memory."""
+
+    __slots__ = ("storage", "layout", "shape", "dtype")
+
+    def __init__(self, flat, shape):
+        self.storage = _FlatStorage(flat)
+        self.layout = L.contiguous(tuple(shape))
+        self.shape, self.dtype = self.layout.shape, flat.dtype
+
+    def numel(self) -> int:
+        return self.layout.numel
+
+
+class _FlatStorage:
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        self.data = data
 
 
 def _gemm_ok(dst, a, b) -> bool:

@@ -306,7 +306,7 @@ def test_column_reductions_are_one_compiled_loop_in_memory_order(op):
     with mt.using_cpu_backend("numba"):
         plan, leaves, _ = make_plan(e.x, 3)
         assert cpu_numba._reduce_loops(dst, e, leaves).by_columns
-        call = cpu_numba.NumbaBackend().reduce(dst, e, "=")
+        call = cpu_numba.NumbaBackend().reduce(dst, e, "=", make_plan(e.x, 3))
     assert call is not None, "ran on the NumPy evaluator, not as a compiled loop"
     fn, args = call
     dst.numpy()[...] = 0
