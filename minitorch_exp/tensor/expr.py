@@ -30,7 +30,7 @@ from .caches import memo_table, on_invalidate
 from .device import CPU
 from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_axis, normalize_shape
 from .ops import OPS, OpDef
-from .tokens import TREE, TreeToken, leaf_tokens
+from .tokens import TREE, TreeToken, leaf_tokens, opaque_token
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
 
@@ -397,8 +397,10 @@ class Map(Exp):
                 scalars += values
         info = _MAP_INFO.get(sig)
         if info is None:
-            info = _MAP_INFO.keep(sig, (_check_shapes(op.name, args), _map_dtype(op, args),
-                                        _check_devices(op.name, args), _tree_token(sig)))
+            shape, dtype = _check_shapes(op.name, args), _map_dtype(op, args)
+            device = _check_devices(op.name, args)
+            info = _MAP_INFO.keep(sig, (shape, dtype, device,
+                                        _tree_token(sig, shape, dtype, device)))
         self.shape, self.dtype, self.device, self.token = info
         if leaves is not None and (len(leaves) > MAX_GATHERED_LEAVES
                                    or info[3].plan_tokens is None):
@@ -641,8 +643,13 @@ MAX_GATHERED_LEAVES = 32
 MAX_PLAN_TOKENS = 64
 
 
-def _tree_token(sig: tuple) -> TreeToken:
-    """The token of a map with signature ``sig`` (op name, result rule, operand tokens)."""
+def _tree_token(sig: tuple, shape, dtype, device) -> TreeToken:
+    """The token of a map with signature ``sig`` (op name, result rule, operand tokens).
+
+    A map over something not elementwise, or too big to spell out, gets the opaque
+    token of its shape, dtype and device: one per such triple, so a long chain's
+    maps share it and the memos keyed by it stay small.
+    """
     plan_tokens: tuple | None = ()
     for tok in sig[2:]:
         if type(tok) is type:  # a scalar
@@ -650,9 +657,9 @@ def _tree_token(sig: tuple) -> TreeToken:
         elif type(tok) is TreeToken and tok.plan_tokens is not None:
             plan_tokens += tok.plan_tokens
         else:  # not elementwise
-            return TreeToken(None)
+            return opaque_token(shape, dtype, device)
     if len(plan_tokens) >= MAX_PLAN_TOKENS:
-        return TreeToken(None)
+        return opaque_token(shape, dtype, device)
     return TreeToken((*plan_tokens, sig[0]))
 
 

@@ -75,6 +75,12 @@ _INTERNED = memo_table("tokens.interned", 1 << 16)
 NOT_DST, DST, TREE = 0, 1, 2  # the positions in a tensor's ``leaf_tokens``
 
 
+def opaque_token(shape, dtype, device) -> TreeToken:
+    """The token of a node whose plan is not spelled out (not elementwise, or too big):
+    interned by what the build checks read, so equal facts give the same token."""
+    return _intern(("opaque", shape, dtype, device), lambda: TreeToken(None))
+
+
 def _intern(facts: tuple, make):
     token = _INTERNED.get(facts)  # ``memo`` spelled out: this runs for every new tensor
     return _INTERNED.keep(facts, make()) if token is None else token

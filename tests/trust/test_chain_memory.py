@@ -59,3 +59,16 @@ def test_a_deep_tensor_level_tree_holds_bounded_tokens():
         maps.append(y)
     longest = max(len(m.token.plan_tokens or ()) + len(m.scalars) for m in maps)
     assert longest <= 4 * T.expr.MAX_PLAN_TOKENS
+
+
+def test_a_long_chain_adds_a_bounded_number_of_memo_entries():
+    """Past the token cap every map of a chain has the same opaque token, so the build
+    checks' memo gets one entry per distinct signature, not one per op."""
+    from minitorch_exp.tensor.expr import _MAP_INFO
+    y = mt.ones(8)
+    for _ in range(200):
+        y = y * 1.00001 + 0.0
+    before = len(_MAP_INFO)
+    for _ in range(2000):
+        y = y * 1.00001 + 0.0
+    assert len(_MAP_INFO) - before < 100
