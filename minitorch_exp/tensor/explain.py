@@ -45,6 +45,7 @@ from .kernels import (
     human_bytes,
     numpy_schedule,
     plural,
+    product_temporary,
     realized,
 )
 from .lower import Kernel, Splitter, split, unique
@@ -296,8 +297,12 @@ def kernel_code(k: Kernel, device, backend: str, dst=None, saver: str = "=",
     if k.kind == "blas":
         lib = "cupy" if device.type == "cuda" else "np"
         operands = ", ".join((names or Names())(x) for x in (k.body.a, k.body.b))
-        return [f"Code of {k.name}: one BLAS call ({'cuBLAS' if lib == 'cupy' else 'NumPy'})",
-                f"  {lib}.matmul({operands}, out=...)   # writes {k.name}'s result"]
+        title = f"Code of {k.name}: one BLAS call ({'cuBLAS' if lib == 'cupy' else 'NumPy'})"
+        if saver != "=" and dst is not None:
+            out = (names or Names())(dst)
+            return [title, f"  tmp = {lib}.matmul({operands})   # a temporary the size of "
+                           f"{out}: matmul has no beta = 1 form", f"  {out} {saver} tmp"]
+        return [title, f"  {lib}.matmul({operands}, out=...)   # writes {k.name}'s result"]
     if device.type == "cuda":
         source = compiled_source(k, dst, saver, "cuda")
         if source is not None:
@@ -328,11 +333,13 @@ def cost_text(e: Exp, kernels: list[Kernel], out, saver: str, dst_name: str) -> 
     lines += [f"  {label:<20}{a:>14}{b:>16}" for label, a, b in rows]
     ratio = eager.moved / ours.moved if ours.moved else 1.0
     eager_temps = plural(max(eager.arrays - 1, 0), "temporary")
-    ours_temps = plural(len(kernels) - 1, "temporary")
+    product_temp = product_temporary(kernels, saver)
+    ours_temps = plural(len(kernels) - 1 + product_temp, "temporary")
     saving = f"{ratio:.1f}x less memory traffic" if ratio >= 1.05 else "about the same traffic"
+    into = (f"the product is applied to {dst_name} ({saver}) from its temporary" if product_temp
+            else f"the result goes straight into {dst_name}")
     return lines + wrap("  ", f"eager NumPy allocates {eager_temps} and the result; here "
-                        f"{ours_temps}, and the result goes straight into {dst_name}: "
-                        f"{saving}")
+                        f"{ours_temps}, and {into}: {saving}")
 
 
 # ---- explain ----------------------------------------------------------------------

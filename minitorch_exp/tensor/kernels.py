@@ -184,14 +184,26 @@ def _operand_bytes(c) -> int:
 
 
 def fused_traffic(kernels: list[Kernel], out=None, saver: str = "=") -> Traffic:
-    """Ours: each kernel reads each distinct leaf once and writes its result once."""
+    """Ours: each kernel reads each distinct leaf once and writes its result once; a
+    product accumulated into ``out`` also writes and reads its temporary."""
     cost = Traffic(passes=len(kernels), arrays=len(kernels) - (1 if out is not None else 0))
     for k in kernels:
         cost.read += sum(leaf_bytes(t) for t in body_leaves(k.body))
         cost.written += nbytes(out if (out is not None and k is kernels[-1]) else k.node)
     if out is not None and saver != "=":
         cost.read += nbytes(out)
+    if out is not None and product_temporary(kernels, saver):
+        cost.passes += 1
+        cost.arrays += 1
+        cost.written += nbytes(out)
+        cost.read += nbytes(out)
     return cost
+
+
+def product_temporary(kernels: list[Kernel], saver: str) -> bool:
+    """Whether the last kernel is a product accumulated with ``saver`` (``+=`` ...): NumPy's
+    and CuPy's matmul have no ``beta = 1`` form, so the product is a temporary first."""
+    return saver != "=" and kernels[-1].kind == "blas"
 
 
 def body_leaves(e: Exp) -> list[Tensor]:
