@@ -26,7 +26,7 @@ from .backend_contract import Backend
 
 def _default_numba_threading_layer() -> None:
     """TBB for numba's threads where it loads, else workqueue; never GNU OpenMP by
-    default (the ``cpu_numba`` docstring says why, with measurements). A layer or
+    default (``docs/cpu_kernels.md`` says why, with measurements). A layer or
     a priority named in the environment is left as it is.
 
     Done at import, without importing numba: numba fixes its layer when its

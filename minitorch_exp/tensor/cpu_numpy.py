@@ -25,9 +25,8 @@ from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
 from .ops import OPS
 
-# Measured on the 2-core reference machine (benchmarks/bench_block_size.py, Adam update
-# at 1e7 float32; results/numpy_block_size.md): 2^12 was 3.3x slower than 2^16 (per-block
-# ufunc overhead), 2^18-2^19 were fastest (0.68x), 2^20 fell out of L2 again (0.88x).
+# Elements per block: small enough that a block's intermediates stay in L2, large enough
+# to amortize each ufunc call (the fastest measured, docs/cpu_kernels.md).
 BLOCK = int(os.environ.get("MINITORCH_BLOCK", 1 << 18))
 
 SAVER_UFUNCS = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.true_divide}

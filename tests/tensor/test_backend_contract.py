@@ -55,10 +55,10 @@ def test_each_backend_class_has_the_protocols_signatures(cls):
     assert isinstance(cls.name, str)
 
 
-@pytest.mark.parametrize("cls", [NumpyBackend] + backend_classes()[2:],
-                         ids=lambda c: c.__name__)
-def test_each_cpu_backend_instance_satisfies_the_protocol(cls):
-    assert isinstance(cls(), Backend)
+@pytest.mark.parametrize("cls", backend_classes(), ids=lambda c: c.__name__)
+def test_each_backend_instance_satisfies_the_protocol(cls):
+    backend = cls.__new__(cls)  # no __init__: CudaBackend's imports CuPy
+    assert isinstance(backend, Backend)
 
 
 def test_a_backend_without_grouped_kernels_answers_none():
