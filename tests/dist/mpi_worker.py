@@ -1,0 +1,421 @@
+"""Run by tests/dist/test_distributed.py under ``mpiexec -n N``: one case per launch.
+
+    mpiexec -n 2 python tests/dist/mpi_worker.py collectives [--device cuda]
+
+Each case asserts; a failure is an uncaught exception, which ``dist.init()``
+turns into MPI_Abort (the job ends, the traceback names the rank). A case that
+passes prints ``PASS <case> rank <r>`` on every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for a plain run
+
+import minitorch_exp as mt  # noqa: E402
+import minitorch_exp.distributed as dist  # noqa: E402
+from minitorch_exp import nn  # noqa: E402
+from minitorch_exp.nn.parallel import DistributedDataParallel  # noqa: E402
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def rank_data(rank: int, shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
+    """Rank ``rank``'s values for a collective: distinct per rank, reproducible anywhere."""
+    rng = np.random.default_rng([seed, rank])
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(-50, 50, shape).astype(dtype)
+
+
+def all_ranks(size: int, shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
+    return np.stack([rank_data(r, shape, dtype, seed) for r in range(size)])
+
+
+# ---- collectives --------------------------------------------------------------------------
+
+@case
+def collectives(device: str) -> None:
+    rank, size = dist.get_rank(), dist.get_world_size()
+    seed = 0
+    for dtype in (np.float32, np.float64, np.int64):
+        for op, reference in (("sum", np.sum), ("max", np.max), ("min", np.min),
+                              ("prod", np.prod), ("avg", np.mean)):
+            if op == "avg" and np.dtype(dtype).kind != "f":
+                continue
+            seed += 1
+            everyone = all_ranks(size, (3, 5), dtype, seed)
+            expected = reference(everyone, axis=0).astype(dtype)
+            for kind in ("node", "tensor", "array"):
+                mine = everyone[rank].copy()
+                if kind == "array":
+                    if device != "cpu":
+                        continue
+                    x = mine
+                    dist.all_reduce(x, op)
+                    got = x
+                else:
+                    node = mt.tensor(mine, device=device)
+                    x = node if kind == "node" else node.value
+                    assert dist.all_reduce(x, op=op) is x
+                    got = node.numpy()
+                tol = dict(rtol=1e-6, atol=1e-6) if np.dtype(dtype).kind == "f" else {}
+                np.testing.assert_allclose(got, expected, **tol,
+                                           err_msg=f"{op} {np.dtype(dtype)} {kind}")
+
+    # zero copy: the MPI buffer is the tensor's own memory, and the write is announced
+    node = mt.tensor(rank_data(rank, (4, 4)), device=device)
+    storage = node.value.storage
+    version = storage.version
+    before = node.value.array
+    dist.all_reduce(node)
+    assert node.value.storage is storage and storage.version == version + 1
+    if device == "cpu":
+        assert np.shares_memory(before, node.value.array)
+    np.testing.assert_allclose(node.numpy(), all_ranks(size, (4, 4)).sum(0), rtol=1e-6)
+
+    # a strided view (a transpose, a column) is reduced through a copy and written back
+    base = mt.tensor(rank_data(rank, (4, 6), seed=7), device=device)
+    column = base.value[:, 1]
+    dist.all_reduce(column)
+    expected = rank_data(rank, (4, 6), seed=7)
+    expected[:, 1] = all_ranks(size, (4, 6), seed=7)[:, :, 1].sum(0)
+    np.testing.assert_allclose(base.numpy(), expected, rtol=1e-6)
+
+    # a lazy value reading a buffer is computed before the reduction overwrites it
+    t = mt.tensor(np.full(3, float(rank + 1), np.float32), device=device)
+    lazy = t * 2.0
+    dist.all_reduce(t)
+    np.testing.assert_allclose(lazy.numpy(), np.full(3, 2.0 * (rank + 1)))
+    np.testing.assert_allclose(t.numpy(), np.full(3, sum(range(1, size + 1))))
+
+    # broadcast from each root
+    for src in range(size):
+        node = mt.tensor(rank_data(rank, (2, 3), seed=11), device=device)
+        assert dist.broadcast(node, src=src) is node
+        np.testing.assert_array_equal(node.numpy(), rank_data(src, (2, 3), seed=11))
+
+    # all_gather: of a Node, a Tensor, an array, into out=
+    for dtype in (np.float32, np.int64):
+        node = mt.tensor(rank_data(rank, (2, 3), dtype, seed=13), device=device)
+        expected = all_ranks(size, (2, 3), dtype, seed=13)
+        gathered = dist.all_gather(node)
+        assert isinstance(gathered, mt.Tensor) and gathered.shape == (size, 2, 3)
+        np.testing.assert_array_equal(gathered.numpy(), expected)
+        np.testing.assert_array_equal(dist.all_gather(node.value).numpy(), expected)
+        out = mt.zeros(size, 2, 3, dtype=gathered.dtype, device=device)
+        assert dist.all_gather(node, out=out) is out
+        np.testing.assert_array_equal(out.numpy(), expected)
+        if device == "cpu":
+            np.testing.assert_array_equal(dist.all_gather(node.numpy()), expected)
+
+    # errors: every rank raises the same, no collective left half-done
+    for bad in (lambda: dist.all_reduce(mt.tensor([1, 2]), op="avg"),
+                lambda: dist.all_reduce(mt.tensor([1.0]), op="median"),
+                lambda: dist.broadcast(mt.tensor([1.0]), src=size)):
+        try:
+            bad()
+        except dist.DistributedError:
+            pass
+        else:
+            raise AssertionError("expected a DistributedError")
+    dist.barrier()
+
+
+@case
+def captured_collective(device: str) -> None:
+    """Inside mt.capture an all_reduce is a recorded host op that each replay runs."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+
+    @mt.capture
+    def step(x):
+        y = x * 2.0
+        y = y.realize()
+        dist.all_reduce(y)
+        return y + 1.0
+
+    for i in range(5):
+        data = rank_data(rank, (6,), seed=100 + i)
+        out = step(mt.tensor(data, device=device))
+        expected = all_ranks(size, (6,), seed=100 + i).sum(0) * 2.0 + 1.0
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert len(step.recordings) == 1
+
+
+@case
+def sampler(device: str) -> None:
+    """Every rank's shard, gathered: disjoint, complete, equal, and each global batch of
+    the ranks is a batch of one process's DataLoader."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    for n, drop_last in ((100, False), (101, False), (101, True), (7, False)):
+        ds = nn.TensorDataset(np.arange(n, dtype=np.int64))
+        s = nn.DistributedSampler(ds, seed=3, drop_last=drop_last)
+        assert (s.num_replicas, s.rank) == (size, rank)
+        for epoch in (0, 1):
+            s.set_epoch(epoch)
+            mine = np.asarray(list(s), dtype=np.int64)
+            shards = dist.all_gather(mine)
+            assert shards.shape == (size, len(s))
+            flat = shards.reshape(-1)
+            if drop_last:
+                assert len(set(flat.tolist())) == len(flat) == (n // size) * size
+            else:
+                assert set(flat.tolist()) == set(range(n))
+                assert len(flat) - n < size
+            if n % size == 0:
+                assert len(set(flat.tolist())) == n  # disjoint
+    # batch k of every rank (per-rank batch B/size) = batch k of one process (batch B)
+    ds = nn.TensorDataset(np.arange(96, dtype=np.int64))
+    ours = nn.DataLoader(ds, batch_size=8, sampler=nn.DistributedSampler(ds, seed=5), seed=5)
+    single = nn.DataLoader(ds, batch_size=8 * size, shuffle=True, seed=5)
+    for epoch in range(2):
+        for (mine,), (whole,) in zip(ours, single):
+            together = dist.all_gather(mine.numpy()).reshape(-1)
+            assert sorted(together.tolist()) == sorted(whole.numpy().tolist()), epoch
+
+
+# ---- DistributedDataParallel ------------------------------------------------------------
+
+def make_model(seed: int, device: str):
+    mt.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(),
+                         nn.Linear(16, 4)).to(device)
+
+
+OPTIMIZERS = {
+    "sgd": lambda ps: nn.optim.SGD(ps, lr=0.1),
+    "sgd_momentum_nesterov_wd": lambda ps: nn.optim.SGD(ps, lr=0.05, momentum=0.9,
+                                                         nesterov=True, weight_decay=1e-3),
+    "adam": lambda ps: nn.optim.Adam(ps, lr=1e-2),
+    "adamw": lambda ps: nn.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+    "two_groups": lambda ps: nn.optim.SGD([{"params": ps[:2], "lr": 0.2},
+                                           {"params": ps[2:]}], lr=0.05, momentum=0.5),
+    "per_parameter": lambda ps: nn.optim.SGD([{"params": [p]} for p in ps], lr=0.1),
+}
+
+
+def train_step(net, optimizer, captured: bool):
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return mt.capture(step) if captured else step
+
+
+@case
+def ddp_matches_single_process(device: str) -> None:
+    """Each rank trains on its slice of a batch; a model trained in this process on the
+    whole batch (the concatenation) takes the same steps, for every optimizer, eager
+    and captured."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    per_rank = 5
+    for name, make_opt in OPTIMIZERS.items():
+        for captured in (False, True):
+            model = make_model(seed=rank, device=device)  # different per rank: wrap syncs
+            ddp = DistributedDataParallel(model)
+            assert ddp.parameters_in_sync()
+            reference = make_model(seed=0, device=device)  # rank 0's weights
+            for p, q in zip(model.parameters(), reference.parameters()):
+                np.testing.assert_array_equal(p.numpy(), q.numpy())
+            opt = make_opt(list(ddp.parameters()))
+            ref_opt = make_opt(list(reference.parameters()))
+
+            ours, theirs = train_step(ddp, opt, captured), train_step(reference, ref_opt,
+                                                                       captured)
+            rng = np.random.default_rng(42)
+            for _ in range(6):
+                x = rng.standard_normal((size * per_rank, 12)).astype(np.float32)
+                y = rng.integers(0, 4, size * per_rank)
+                part = slice(rank * per_rank, (rank + 1) * per_rank)
+                ours(mt.tensor(x[part], device=device), mt.tensor(y[part], device=device))
+                theirs(mt.tensor(x, device=device), mt.tensor(y, device=device))
+            for (pname, p), q in zip(model.named_parameters(), reference.parameters()):
+                np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=2e-5, atol=2e-6,
+                                           err_msg=f"{name} captured={captured} {pname}")
+            assert ddp.parameters_in_sync(), name
+            if captured:
+                assert len(ours.recordings) == 1, name
+
+
+@case
+def ddp_equals_mean_of_local_gradients(device: str) -> None:
+    """Bitwise: the averaged gradient is (sum over ranks of each rank's gradient) / size,
+    as the same arithmetic in one process gives it."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    model = make_model(0, device)
+    ddp = DistributedDataParallel(model)
+    nn.optim.SGD(ddp.parameters(), lr=0.1)  # flat gradient buffer: one Allreduce
+    reference = make_model(0, device)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((size * 3, 12)).astype(np.float32)
+    y = rng.integers(0, 4, size * 3)
+    local = []
+    for r in range(size):
+        reference.zero_grad()
+        part = slice(r * 3, (r + 1) * 3)
+        nn.functional.cross_entropy(reference(mt.tensor(x[part], device=device)),
+                                    mt.tensor(y[part], device=device)).backward()
+        local.append([p.grad.numpy().copy() for p in reference.parameters()])
+    part = slice(rank * 3, (rank + 1) * 3)
+    nn.functional.cross_entropy(ddp(mt.tensor(x[part], device=device)),
+                                mt.tensor(y[part], device=device)).backward()
+    for i, p in enumerate(model.parameters()):
+        total = local[0][i].copy()
+        for r in range(1, size):
+            total += local[r][i]
+        expected = total * np.float32(1.0 / size)
+        np.testing.assert_array_equal(p.grad.numpy(), expected)
+
+
+@case
+def ddp_no_sync_and_errors(device: str) -> None:
+    rank, size = dist.get_rank(), dist.get_world_size()
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((size * 2, 12)).astype(np.float32) for _ in range(2)]
+    ys = [rng.integers(0, 4, size * 2) for _ in range(2)]
+    part = slice(rank * 2, (rank + 1) * 2)
+
+    # gradient accumulation: no_sync for the first micro-batch, synced on the second
+    model = make_model(0, device)
+    ddp = DistributedDataParallel(model)
+    nn.optim.SGD(ddp.parameters(), lr=0.1)
+    with ddp.no_sync():
+        nn.functional.cross_entropy(ddp(mt.tensor(xs[0][part], device=device)),
+                                    mt.tensor(ys[0][part], device=device)).backward()
+    nn.functional.cross_entropy(ddp(mt.tensor(xs[1][part], device=device)),
+                                mt.tensor(ys[1][part], device=device)).backward()
+    reference = make_model(0, device)
+    for x, y in zip(xs, ys):  # the mean over ranks of each micro-batch, summed
+        loss = nn.functional.cross_entropy(reference(mt.tensor(x, device=device)),
+                                           mt.tensor(y, device=device))
+        loss.backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+    # a second backward through the graph (retain_graph) is synced by hand
+    model = make_model(0, device)
+    ddp = DistributedDataParallel(model)
+    loss = nn.functional.cross_entropy(ddp(mt.tensor(xs[0][part], device=device)),
+                                       mt.tensor(ys[0][part], device=device))
+    loss.backward(retain_graph=True)
+    first = [p.grad.numpy().copy() for p in model.parameters()]
+    loss.backward()
+    ddp.sync_gradients()
+    for p, g in zip(model.parameters(), first):
+        np.testing.assert_allclose(p.grad.numpy(), 2 * g, rtol=1e-5, atol=1e-6)
+
+    # a parameter without a gradient at the averaging point: the same error on every rank
+    class Partly(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = nn.Linear(12, 4)
+            self.unused = nn.Linear(12, 4)
+
+        def forward(self, x):
+            return self.used(x)
+
+    ddp = DistributedDataParallel(Partly().to(device))
+    try:
+        nn.functional.cross_entropy(ddp(mt.tensor(xs[0][part], device=device)),
+                                    mt.tensor(ys[0][part], device=device)).backward()
+    except RuntimeError as err:
+        assert "unused.weight" in str(err) and "no gradient" in str(err), err
+    else:
+        raise AssertionError("an unused parameter went unnoticed")
+
+    # a loss term reading a parameter directly: fine when backward reaches the parameter
+    # before the averaging point, a clear error when after (the walk's order decides),
+    # and no_sync() + sync_gradients() averages by hand after backward
+    x, y = mt.tensor(xs[0][part], device=device), mt.tensor(ys[0][part], device=device)
+    reference = make_model(0, device)
+    w = reference[0].weight
+    penalty = (w * w).sum() * 0.01
+    (penalty + nn.functional.cross_entropy(reference(mt.tensor(xs[0], device=device)),
+                                           mt.tensor(ys[0], device=device))).backward()
+    for order in ("penalty first", "penalty last", "by hand"):
+        model = make_model(0, device)
+        ddp = DistributedDataParallel(model)
+        w = model[0].weight
+        if order == "by hand":
+            with ddp.no_sync():
+                out = ddp(x)
+        else:
+            out = ddp(x)
+        penalty, ce = (w * w).sum() * 0.01, nn.functional.cross_entropy(out, y)
+        loss = penalty + ce if order != "penalty last" else ce + penalty
+        try:
+            loss.backward()
+        except RuntimeError as err:
+            assert order == "penalty last", err
+            assert "0.weight" in str(err) and "sync_gradients" in str(err), err
+            continue
+        assert order != "penalty last", "a gradient written after the averaging"
+        if order == "by hand":
+            ddp.sync_gradients()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6,
+                                       err_msg=order)
+    dist.barrier()
+
+
+@case
+def fail(device: str) -> None:
+    """Rank 1 raises while rank 0 waits in a collective: the job must end, not hang."""
+    if dist.get_rank() == 1:
+        raise ValueError("rank 1 failed on purpose")
+    dist.all_reduce(mt.tensor([1.0]))  # never completes: rank 1 is gone
+    raise AssertionError("the all_reduce returned without rank 1")
+
+
+@case
+def quiet_exit(device: str) -> None:
+    """Rank 1 leaves without an error while rank 0 waits: the timeout ends the job."""
+    if dist.get_rank() == 1:
+        return
+    dist.all_reduce(mt.tensor([1.0]))
+    raise AssertionError("the all_reduce returned without rank 1")
+
+
+@case
+def world(device: str) -> None:
+    """What init reports, and a job of one process: DDP is the module itself."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    assert dist.is_initialized() and dist.launched()
+    assert dist.is_main_process() == (rank == 0)
+    assert 0 <= dist.local_rank() < size
+    ddp = DistributedDataParallel(make_model(0, device))
+    out = ddp(mt.tensor(np.ones((2, 12), np.float32)))
+    if size == 1:
+        assert out.grad_fn.name != "_SyncPoint"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case", choices=sorted(CASES))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--timeout", type=float, default=None)
+    args = parser.parse_args()
+    rank, _ = dist.init(timeout=args.timeout)
+    device = args.device
+    if device == "cuda":  # one GPU per process
+        import cupy
+        device = f"cuda:{dist.local_rank() % cupy.cuda.runtime.getDeviceCount()}"
+    CASES[args.case](device)
+    print(f"PASS {args.case} rank {rank}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
