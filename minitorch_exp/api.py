@@ -31,38 +31,22 @@ from .node import (
 from .node.anomaly import detect_anomaly
 from .node.graph import draw as draw_graph
 from .node.graph import to_dot
+from .node.ops import FUNCTIONS as _OP_FUNCTIONS
 from .node.ops import (
-    abs,
-    amax,
-    amin,
-    argmax,
     cat,
-    clip,
-    exp,
     expand,
     flatten,
-    log,
     log_softmax,
     logsumexp,
     matmul,
-    maximum,
-    mean,
-    minimum,
     op,
     permute,
-    relu,
     reshape,
-    sigmoid,
-    sign,
     softmax,
-    sqrt,
     squeeze,
     stack,
-    sum,
-    tanh,
     transpose,
     unsqueeze,
-    where,
 )
 from .serialization import load, save
 from .tensor.backends import set_cpu_backend
@@ -75,17 +59,22 @@ from .tensor.ops import register_op, unregister_op
 
 Tensor = Node  # the user-facing tensor type, as in PyTorch
 
+#: ``exp``, ``abs``, ``maximum``, ``where``, ``sum``, ``amax``...: one function per row of
+#: the op registry (tensor/ops.py), made in node/ops.py.
+globals().update(_OP_FUNCTIONS)
+
 __all__ = [
-    "CaptureError", "Context", "Device", "Function", "Node", "Tensor", "abs", "amax", "amin",
-    "arange", "argmax", "bool_", "capture", "cat", "clip", "count_kernels", "cuda_available",
+    "CaptureError", "Context", "Device", "Function", "Node", "Tensor",
+    "arange", "bool_", "capture", "cat", "count_kernels", "cuda_available",
     "detect_anomaly",
-    "draw_graph", "empty", "empty_like", "enable_grad", "exp", "expand", "explain", "flatten",
+    "draw_graph", "empty", "empty_like", "enable_grad", "expand", "explain", "flatten",
     "float32", "float64",
     "from_numpy", "full", "full_like", "fusion", "gradcheck", "int32", "int64",
-    "is_grad_enabled", "kernel_counts", "load", "log", "log_softmax", "logsumexp",
-    "manual_seed", "matmul", "maximum", "mean", "minimum", "no_grad", "ones", "ones_like",
-    "op", "permute", "rand", "rand_like", "randn", "randn_like", "register_op", "relu",
+    "is_grad_enabled", "kernel_counts", "load", "log_softmax", "logsumexp",
+    "manual_seed", "matmul", "no_grad", "ones", "ones_like",
+    "op", "permute", "rand", "rand_like", "randn", "randn_like", "register_op",
     "reset_kernel_counts", "reshape", "save", "set_cpu_backend", "set_debug", "set_fusion",
-    "sigmoid", "sign", "softmax", "sqrt", "squeeze", "stack", "sum", "tanh", "tensor",
-    "to_dot", "transpose", "unregister_op", "unsqueeze", "where", "zeros", "zeros_like",
+    "softmax", "squeeze", "stack", "tensor",
+    "to_dot", "transpose", "unregister_op", "unsqueeze", "zeros", "zeros_like",
+    *sorted(_OP_FUNCTIONS),
 ]

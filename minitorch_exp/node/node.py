@@ -19,6 +19,7 @@ from ..tensor import creation, dtypes
 from ..tensor.device import as_device
 from ..tensor.engine import assign, realize
 from ..tensor.expr import RVALUE, Exp, Map, as_exp
+from ..tensor.ops import OPS
 from ..tensor.tensor import Tensor
 from ..tensor.tensor import from_numpy as tensor_from_numpy
 from ..tensor.tensor import tensor as make_tensor
@@ -431,3 +432,52 @@ randn_like = _like_factory(creation.randn_like)
 def full_like(node, fill_value, dtype=None, device=None, requires_grad=False) -> Node:
     return _wrap(creation.full_like(node._value, fill_value, dtype=dtype, device=device),
                  requires_grad)
+
+
+# ---- methods: PyTorch's names for node/ops.py's functions ------------------------------
+
+def install_methods(ops) -> None:
+    """Give Node its methods and operators: called once by node/ops.py (``ops``, which
+    imports this module) when its functions exist.
+
+    Each built-in row of the op registry (tensor/ops.py) and each reduction is a method
+    (``ops.METHODS``: ``x.exp()``, ``x.maximum(y)``, ``x.max()``) and, where the row
+    names one, an operator (``x + y``, ``2 - x``, ``-x``). The rest are ops' own
+    functions under PyTorch's names.
+    """
+    for name, method in ops.METHODS.items():
+        setattr(Node, name, method)
+    for op in OPS.values():
+        if op.builtin and op.operator is not None:
+            _install_operator(op, ops)
+    for name in ("logsumexp", "softmax", "log_softmax", "reshape", "view", "squeeze",
+                 "unsqueeze", "flatten", "permute", "transpose", "expand", "astype"):
+        setattr(Node, name, getattr(ops, name))
+    Node.broadcast_to = ops.expand
+    Node.__getitem__ = ops.getitem
+    Node.__matmul__ = lambda self, other: ops.matmul(self, ops.as_node(other))
+    Node.__rmatmul__ = lambda self, other: ops.matmul(ops.as_node(other), self)
+    Node.T = property(lambda self: ops.permute(self, *reversed(range(self.ndim))))
+    Node.mT = property(lambda self: ops.transpose(self, -2, -1))
+
+
+def _install_operator(op, ops) -> None:
+    if op.arity == 1:
+        setattr(Node, f"__{op.operator}__", ops.FUNCTIONS[op.name])
+        return
+    setattr(Node, f"__{op.operator}__", _operator(ops.elementwise, op.name, op.operator))
+    if op.reflected:
+        setattr(Node, f"__r{op.operator}__",
+                _operator(ops.elementwise, op.name, op.operator, reflected=True))
+
+
+def _operator(elementwise, name: str, python_name: str, reflected: bool = False):
+    """``x <op> other`` (``reflected``: ``other <op> x``) for a Node ``x``."""
+    def method(self, other):
+        if not isinstance(other, (Node, Exp, int, float, bool, np.ndarray, np.generic)):
+            return NotImplemented
+        return elementwise(name, other, self) if reflected else elementwise(name, self, other)
+    method.__name__ = f"__{'r' if reflected else ''}{python_name}__"
+    method.__qualname__ = f"Node.{method.__name__}"
+    return method
+

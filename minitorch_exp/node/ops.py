@@ -2,7 +2,8 @@
 
 The primitives are few -- elementwise maps (any registered op, with the
 derivative stored beside it in ``tensor/ops.py``), expand, reshape, permute,
-indexing, reductions, matmul, cat -- and the rest (softmax, log_softmax,
+indexing, reductions (each a row of ``REDUCTIONS`` there, its backward too),
+matmul, cat -- and the rest (softmax, log_softmax,
 logsumexp, mean-squared error) are written with them, so they fuse and
 differentiate for free. Two exceptions earn their own Function because every
 training step runs them: softmax cross-entropy, whose gradient is one short
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 
 import numpy as np
 
 from ..tensor import capture, creation, dtypes
 from ..tensor.engine import evaluate_copy, realize
-from ..tensor.expr import Dot, Exp, apply_op, as_exp
+from ..tensor.expr import Dot, Exp, Reduce, apply_op, as_exp
 from ..tensor.layout import (
     broadcast_shapes,
     infer_shape,
@@ -27,10 +29,10 @@ from ..tensor.layout import (
     normalize_axis,
     normalize_shape,
 )
-from ..tensor.ops import OPS
+from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
 from .function import Function
-from .node import Node
+from .node import Node, install_methods
 
 
 def _value(x):
@@ -235,84 +237,50 @@ def _grad_to_input(g, ctx):
     return g.reshape(kept).broadcast_to(shape)
 
 
-class Sum(_Op):
+class Reduction(_Op):
+    """A reduction of the registry: one subclass per row of ``REDUCTIONS`` (``Sum``,
+    ``Mean``, ``Amax``, ``Amin``; ``_reduction_class``), whose ``reduction`` is the row."""
+
+    reduction: ReduceDef
+
     @staticmethod
     def forward(ctx, x, axes, keepdims):
+        r = ctx.fn.reduction
         ctx.attrs["in_shape"] = x.shape
-        return x.sum(axes, keepdims)
-
-    @staticmethod
-    def backward(ctx, g):
-        return (_grad_to_input(g, ctx),)
-
-
-class Mean(_Op):
-    @staticmethod
-    def forward(ctx, x, axes, keepdims):
-        ctx.attrs["in_shape"] = x.shape
-        return x.mean(axes, keepdims)
-
-    @staticmethod
-    def backward(ctx, g):
-        shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
-        n = math.prod(shape[a] for a in axes)
-        return (_grad_to_input(g, ctx) * (1.0 / max(n, 1)),)
-
-
-class MaxMin(_Op):
-    """max / min over axes; the gradient is shared evenly between tied elements."""
-
-    @staticmethod
-    def forward(ctx, x, axes, keepdims, op):
-        ctx.attrs["in_shape"] = x.shape
-        out = realize(x.max(axes, keepdims) if op == "max" else x.min(axes, keepdims))
-        ctx.save_for_backward(x, out)
+        out = Reduce(r, x, axes, keepdims)
+        if r.saves:
+            out = realize(out)
+            ctx.save_for_backward(x, out)
         return out
 
     @staticmethod
     def backward(ctx, g):
-        x, out = ctx.saved_tensors
-        hit = x == _grad_to_input(out, ctx)
-        ties = realize(hit.astype(x.dtype).sum(ctx.attrs["axes"], True))
-        return (apply_op("where", hit, _grad_to_input(g, ctx) / ties.broadcast_to(x.shape), 0),)
+        r = ctx.fn.reduction
+        x = out = None
+        if r.saves:
+            x, out = ctx.saved_tensors
+            out = _grad_to_input(out, ctx)
+        shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
+        count = math.prod(shape[a] for a in axes)
+        return (r.derivative(_grad_to_input(g, ctx), x, out, axes, count),)
 
 
 def _axes(x: Node, axis):
     return normalize_axes(axis, x.ndim, x.shape)
 
 
-def sum(x: Node, axis=None, keepdims: bool = False) -> Node:  # noqa: A001
-    return Sum.apply(x, axes=_axes(x, axis), keepdims=keepdims)
-
-
-def mean(x: Node, axis=None, keepdims: bool = False) -> Node:
-    return Mean.apply(x, axes=_axes(x, axis), keepdims=keepdims)
-
-
-def amax(x: Node, axis=None, keepdims: bool = False) -> Node:
-    return MaxMin.apply(x, axes=_axes(x, axis), keepdims=keepdims, op="max")
-
-
-def amin(x: Node, axis=None, keepdims: bool = False) -> Node:
-    return MaxMin.apply(x, axes=_axes(x, axis), keepdims=keepdims, op="min")
-
-
-def argmax(x: Node, axis=None, keepdims: bool = False) -> Node:
-    """Index of the largest element (not differentiable)."""
-    return Node(realize(_value(x).argmax(axis, keepdims)))
-
-
 def logsumexp(x: Node, axis=None, keepdims: bool = False) -> Node:
     """``log(sum(exp(x)))`` computed stably: the max is subtracted first."""
-    m = amax(x, axis, keepdims=True).detach()
-    m = where(abs(m) == math.inf, 0.0, m)  # a row of all -inf gives -inf, not nan (as torch)
-    out = log(sum(exp(x - m), axis, keepdims=True)) + m
+    m = x.max(axis, keepdims=True).detach()
+    # a row of all -inf gives -inf, not nan (as torch)
+    m = elementwise("where", abs(m) == math.inf, 0.0, m)
+    out = (x - m).exp().sum(axis, keepdims=True).log() + m
     return out if keepdims else squeeze(out, axis if axis is not None else None)
 
 
 def softmax(x: Node, axis: int = -1) -> Node:
-    e = exp(x - amax(x, axis, keepdims=True).detach())
-    return e / sum(e, axis, keepdims=True)
+    e = (x - x.max(axis, keepdims=True).detach()).exp()
+    return e / e.sum(axis, keepdims=True)
 
 
 def log_softmax(x: Node, axis: int = -1) -> Node:
@@ -526,44 +494,13 @@ def astype(x: Node, dtype) -> Node:
     return x if dtype == x.dtype else AsType.apply(x, dtype=dtype)
 
 
-# ---- named elementwise functions ------------------------------------------------
-
-def _unary(name):
-    def fn(x):
-        return elementwise(name, x)
-    fn.__name__ = name
-    fn.__doc__ = f"Elementwise ``{name}`` (differentiable, fuses with neighbours)."
-    return fn
-
-
-exp = _unary("exp")
-log = _unary("log")
-sqrt = _unary("sqrt")
-tanh = _unary("tanh")
-sigmoid = _unary("sigmoid")
-relu = _unary("relu")
-abs = _unary("abs")  # noqa: A001
-neg = _unary("neg")
-sign = _unary("sign")
-
-
-def maximum(a, b) -> Node:
-    return elementwise("maximum", a, b)
-
-
-def minimum(a, b) -> Node:
-    return elementwise("minimum", a, b)
-
-
-def where(cond, a, b) -> Node:
-    return elementwise("where", cond, a, b)
-
+# ---- the registry's functions: mt.exp, mt.maximum, mt.sum, mt.amax... ---------------
 
 def clip(x, lo, hi) -> Node:
     """Clamp ``x`` to ``[lo, hi]``; bounds that require grad get it where they bind."""
     if any(isinstance(b, Node) and b.requires_grad for b in (lo, hi)):
         # the registry's clip derivative has no gradient for its bounds (as torch.clamp has)
-        return where(x < lo, lo, where(x > hi, hi, x))
+        return elementwise("where", x < lo, lo, elementwise("where", x > hi, hi, x))
     return elementwise("clip", x, lo, hi)
 
 
@@ -582,39 +519,63 @@ def as_node(x) -> Node:
     raise TypeError(f"expected a tensor, got {type(x).__name__}")
 
 
-# ---- Node methods: PyTorch's names, defined once here -------------------------------
-
-def _binary(name, reverse=False):
-    def method(self, other):
-        if not isinstance(other, (Node, Exp, int, float, bool, np.ndarray, np.generic)):
-            return NotImplemented
-        return elementwise(name, other, self) if reverse else elementwise(name, self, other)
-    return method
-
-
-def _install_methods():
-    for dunder, name in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
-                         ("pow", "pow")]:
-        setattr(Node, f"__{dunder}__", _binary(name))
-        setattr(Node, f"__r{dunder}__", _binary(name, reverse=True))
-    for dunder, name in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"),
-                         ("ge", "ge")]:
-        setattr(Node, f"__{dunder}__", _binary(name))
-    Node.__neg__ = neg
-    Node.__abs__ = abs
-    Node.__matmul__ = lambda self, other: matmul(self, as_node(other))
-    Node.__rmatmul__ = lambda self, other: matmul(as_node(other), self)
-    Node.__getitem__ = getitem
-    for fn in (exp, log, sqrt, tanh, sigmoid, relu, abs, sign, clip, sum, mean, argmax,
-               logsumexp, softmax, log_softmax, reshape, view, squeeze, unsqueeze, flatten,
-               permute, transpose, expand):
-        setattr(Node, fn.__name__, fn)
-    Node.max = amax
-    Node.min = amin
-    Node.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
-    Node.mT = property(lambda self: transpose(self, -2, -1))
-    Node.broadcast_to = expand
-    Node.astype = astype
+def _function(op: OpDef, params: tuple[str, ...] = (), owner: str | None = None):
+    """``mt.<name>`` for a built-in row: ``elementwise`` under the row's operand names
+    (with ``owner``: its method, ``self`` first)."""
+    name = op.name
+    if op.arity == 1:
+        def fn(x) -> Node: return elementwise(name, x)  # noqa: E704
+    elif op.arity == 2:
+        def fn(a, b) -> Node: return elementwise(name, a, b)  # noqa: E704
+    else:
+        def fn(a, b, c) -> Node: return elementwise(name, a, b, c)  # noqa: E704
+    what = "a bool result, no gradient" if op.result == "bool" else "differentiable"
+    return named_function(fn, name, params or op.operands,
+                          f"Elementwise ``{name}`` ({what}, fuses with neighbours).", owner)
 
 
-_install_methods()
+def _reduction_class(r: ReduceDef) -> type:
+    name = r.function.capitalize()  # Sum, Amax: PyTorch's SumBackward0, AmaxBackward0
+    return type(name, (Reduction,), {"reduction": r, "__module__": __name__,
+                                     "__qualname__": name,
+                                     "__doc__": f"``{r.name}``; backward: its row's derivative."})
+
+
+def _reduce_function(r: ReduceDef):
+    """``mt.<function>``: its row's Function (``REDUCTION_CLASSES``) where the row has a
+    derivative; else values outside the graph (argmax)."""
+    cls = REDUCTION_CLASSES.get(r.name)
+    if cls is None:
+        def fn(x: Node, axis=None, keepdims: bool = False) -> Node:
+            return Node(realize(Reduce(r, _value(x), axis, keepdims)))
+        doc = f"``{r.name}`` over ``axis`` (None: all; not differentiable)."
+    else:
+        def fn(x: Node, axis=None, keepdims: bool = False) -> Node:
+            return cls.apply(x, axes=_axes(x, axis), keepdims=keepdims)
+        doc = f"``{r.name}`` over ``axis`` (None: all), differentiable."
+    return named_function(fn, r.function, ("x",), doc)
+
+
+#: ``Sum``, ``Mean``, ``Amax``, ``Amin``: the Function of each differentiable reduction.
+REDUCTION_CLASSES = {r.name: _reduction_class(r) for r in REDUCTIONS.values() if r.derivative}
+globals().update((cls.__name__, cls) for cls in REDUCTION_CLASSES.values())
+def _where_method(self, condition, other) -> Node:
+    """PyTorch's ``x.where(condition, y)``: ``where(condition, x, y)``."""
+    return elementwise("where", condition, self, other)
+
+
+#: Explicit where a generated form cannot say it: clip's bounds' gradients, and a
+#: method whose ``self`` is not the first operand.
+_EXPLICIT = {"clip": clip}
+_EXPLICIT_METHODS = {"clip": clip, "where": _where_method}
+#: ``mt.<name>`` for each built-in row and reduction (exported by api.py).
+FUNCTIONS: dict = {op.name: _EXPLICIT.get(op.name) or _function(op)
+                   for op in OPS.values() if op.builtin}
+FUNCTIONS.update((r.function, _reduce_function(r)) for r in REDUCTIONS.values())
+globals().update(FUNCTIONS)
+#: Node's method for each built-in row (``x.maximum(other)``) and reduction (``x.max()``).
+METHODS: dict = {op.name: _EXPLICIT_METHODS.get(op.name) or (
+    FUNCTIONS[op.name] if op.arity == 1 else _function(op, op.method_params, "Node"))
+    for op in OPS.values() if op.builtin}
+METHODS.update((r.name, FUNCTIONS[r.function]) for r in REDUCTIONS.values())
+install_methods(sys.modules[__name__])

@@ -26,35 +26,26 @@ from .creation import (
 from .device import Device, as_device, cuda_available
 from .dtypes import bool_, float32, float64, int32, int64
 from .engine import assign, assign_all, evaluate
-from .expr import (
-    Exp,
-    apply_op,
-    clip,
-    exp,
-    log,
-    matmul,
-    maximum,
-    minimum,
-    relu,
-    sigmoid,
-    sign,
-    sqrt,
-    tanh,
-    where,
-)
+from .expr import FUNCTIONS as _OP_FUNCTIONS
+from .expr import Exp, apply_op, matmul
 from .layout import Layout, broadcast_shapes
 from .ops import register_op, unregister_op
 from .storage import Storage
 from .tensor import Tensor, from_array, from_numpy, tensor
 
+#: ``exp``, ``abs``, ``maximum``, ``where``, ``sum``, ``amax``...: one function per row of
+#: the op registry (tensor/ops.py), made in expr.py.
+globals().update(_OP_FUNCTIONS)
+
 __all__ = [
     "Device", "Exp", "Layout", "Storage", "Tensor", "apply_op", "arange", "as_device",
-    "assign", "assign_all", "bool_", "broadcast_shapes", "cache_info", "clear_caches", "clip",
+    "assign", "assign_all", "bool_", "broadcast_shapes", "cache_info", "clear_caches",
     "count_kernels", "cpu_backend",
-    "cuda_available", "default_generator", "empty", "empty_like", "evaluate", "exp",
+    "cuda_available", "default_generator", "empty", "empty_like", "evaluate",
     "float32", "float64", "from_array", "from_numpy", "full", "full_like", "int32", "int64",
-    "kernel_counts", "log", "manual_seed", "matmul", "maximum", "minimum", "ones",
-    "ones_like", "rand", "rand_like", "randn", "randn_like", "register_op", "relu",
-    "reset_kernel_counts", "set_cpu_backend", "set_debug", "sigmoid", "sign", "sqrt", "tanh",
-    "tensor", "unregister_op", "using_cpu_backend", "where", "zeros", "zeros_like",
+    "kernel_counts", "manual_seed", "matmul", "ones",
+    "ones_like", "rand", "rand_like", "randn", "randn_like", "register_op",
+    "reset_kernel_counts", "set_cpu_backend", "set_debug",
+    "tensor", "unregister_op", "using_cpu_backend", "zeros", "zeros_like",
+    *sorted(_OP_FUNCTIONS),
 ]

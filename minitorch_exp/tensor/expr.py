@@ -29,7 +29,7 @@ from . import dtypes
 from .caches import memo_table, on_invalidate
 from .device import CPU
 from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_axis, normalize_shape
-from .ops import OPS, OpDef
+from .ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
 from .tokens import TREE, TreeToken, leaf_tokens, opaque_token
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
@@ -54,14 +54,14 @@ def set_realized(e, tensor) -> None:
     new_epoch()
 
 
-def _operator(name: str, reflected: bool = False):
+def _operator(op: OpDef, reflected: bool = False):
     """The method behind ``a <op> b`` (``reflected``: ``b <op> a``) for an Exp ``a``.
 
     A Python number or an expression on the other side -- every operand of a
     training loop's statements -- goes straight to a ``Map``; anything else
     through ``binary``, which converts arrays or answers NotImplemented.
     """
-    op = OPS[name]
+    name = op.name
 
     def method(self, other):
         if type(other) in _WEAK_STANDIN:
@@ -71,10 +71,18 @@ def _operator(name: str, reflected: bool = False):
             return binary(name, other, self) if reflected else binary(name, self, other)
         return Map(op, (other, self) if reflected else (self, other))
 
-    python_name = {"div": "truediv", "logical_and": "and", "logical_or": "or"}.get(name, name)
-    method.__name__ = f"__{'r' if reflected else ''}{python_name}__"
+    method.__name__ = f"__{'r' if reflected else ''}{op.operator}__"
     method.__qualname__ = f"Exp.{method.__name__}"
-    return method
+    return method if op.check is None or reflected else _checked(method, op.check)
+
+
+def _checked(method, check):
+    """``method`` after the op's build-time check (pow: ``x ** -1`` for an integer x)."""
+    def checked(self, other):
+        check(self, other)
+        return method(self, other)
+    checked.__name__, checked.__qualname__ = method.__name__, method.__qualname__
+    return checked
 
 
 class Exp:
@@ -97,25 +105,13 @@ class Exp:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    # ---- arithmetic builds trees (``_operator``) -------------------------------
-    __add__, __radd__ = _operator("add"), _operator("add", reflected=True)
-    __sub__, __rsub__ = _operator("sub"), _operator("sub", reflected=True)
-    __mul__, __rmul__ = _operator("mul"), _operator("mul", reflected=True)
-    __truediv__, __rtruediv__ = _operator("div"), _operator("div", reflected=True)
-    __rpow__, _pow = _operator("pow", reflected=True), _operator("pow")
-
-    def __pow__(self, other):
-        check_power(self, other)
-        return self._pow(other)
-
-    def __neg__(self):
-        return Map(OPS["neg"], (self,))
+    # ---- arithmetic builds trees: each elementwise op of the registry is a method
+    # (``x.exp()``, ``x.maximum(y)``) and, where it is one, an operator (``x + y``);
+    # so is each reduction (``x.sum(axis)``). All are made from the rows of
+    # tensor/ops.py by ``_install_exp_surface`` below, not written here.
 
     def __pos__(self):
         return self
-
-    def __abs__(self):
-        return Map(OPS["abs"], (self,))
 
     def __matmul__(self, other):
         return matmul(self, other)
@@ -123,69 +119,17 @@ class Exp:
     def __rmatmul__(self, other):
         return matmul(other, self)
 
-    __eq__ = _operator("eq")  # type: ignore[assignment]
-    __ne__ = _operator("ne")  # type: ignore[assignment]
-    __lt__, __le__ = _operator("lt"), _operator("le")
-    __gt__, __ge__ = _operator("gt"), _operator("ge")
-    __and__, __or__ = _operator("logical_and"), _operator("logical_or")
-
-    def __invert__(self):
-        return apply_op("logical_not", self)
-
     def __bool__(self):
         if self.numel() != 1:
             raise ValueError(f"the truth value of an expression of shape {self.shape} is "
                              "ambiguous; use .any() or .all() after .numpy()")
         return bool(self.item())
 
-    # ---- elementwise functions as methods (built-in ops: no lookup by name) ---
-    def exp(self):
-        return Map(OPS["exp"], (self,))
-
-    def log(self):
-        return Map(OPS["log"], (self,))
-
-    def sqrt(self):
-        return Map(OPS["sqrt"], (self,))
-
-    def tanh(self):
-        return Map(OPS["tanh"], (self,))
-
-    def sigmoid(self):
-        return Map(OPS["sigmoid"], (self,))
-
-    def relu(self):
-        return Map(OPS["relu"], (self,))
-
-    def abs(self):
-        return Map(OPS["abs"], (self,))
-
-    def sign(self):
-        return Map(OPS["sign"], (self,))
-
-    def clip(self, lo, hi):
-        return clip(self, lo, hi)
-
     def astype(self, dtype) -> Exp:
         dtype = dtypes.as_dtype(dtype)
         return self if dtype == self.dtype else Cast(self, dtype)
 
-    # ---- reductions ---------------------------------------------------------
-    def sum(self, axis=None, keepdims: bool = False) -> Exp:
-        return Reduce("sum", self, axis, keepdims)
-
-    def mean(self, axis=None, keepdims: bool = False) -> Exp:
-        return Reduce("mean", self, axis, keepdims)
-
-    def max(self, axis=None, keepdims: bool = False) -> Exp:
-        return Reduce("max", self, axis, keepdims)
-
-    def min(self, axis=None, keepdims: bool = False) -> Exp:
-        return Reduce("min", self, axis, keepdims)
-
-    def argmax(self, axis=None, keepdims: bool = False) -> Exp:
-        return Reduce("argmax", self, axis, keepdims)
-
+    # ---- reductions: ``sum``, ``max``... are made from REDUCTIONS (see above) --
     def sum_to(self, shape) -> Exp:
         """Sum over the dims that broadcasting added, giving ``shape`` (gradient un-broadcast)."""
         shape = normalize_shape((shape,)) if not isinstance(shape, tuple) else shape
@@ -197,7 +141,7 @@ class Exp:
         axes = tuple(range(lead)) + tuple(
             lead + i for i, n in enumerate(shape) if n == 1 and self.shape[lead + i] != 1
         )
-        return Reduce("sum", self, axes, False, out_shape=shape)
+        return Reduce(_SUM, self, axes, False, out_shape=shape)
 
     # ---- views: pushed to the leaves (see module docstring) -----------------
     def _view(self, fn, what: str) -> Exp:
@@ -574,27 +518,34 @@ class Dot(Complex):
 
 
 class Reduce(Complex):
-    """``sum``, ``mean``, ``max``, ``min``, ``argmax`` over axes of a (fused) input."""
+    """A reduction of ``REDUCTIONS`` (``sum``, ``mean``, ``max``...) over axes of a (fused)
+    input; ``op`` is its name, ``reduction`` its row."""
 
     __slots__ = ("op", "x", "axes", "keepdims")
 
-    def __init__(self, op: str, x: Exp, axis=None, keepdims: bool = False, out_shape=None):
-        self.op, self.x = op, x
+    def __init__(self, op: ReduceDef | str, x: Exp, axis=None, keepdims: bool = False,
+                 out_shape=None):
+        r = REDUCTIONS[op] if type(op) is str else op
+        self.op, self.x = r.name, x
         self.realized = None
-        if op == "argmax" and axis is not None and not isinstance(axis, int):
-            raise ValueError(f"argmax takes one axis or None, got {axis!r}")
+        if r.one_axis and axis is not None and not isinstance(axis, int):
+            raise ValueError(f"{r.name} takes one axis or None, got {axis!r}")
         self.axes = normalize_axes(axis, x.ndim, x.shape)
         self.keepdims = keepdims
         kept = tuple(1 if i in self.axes else n for i, n in enumerate(x.shape))
-        if op in ("max", "min", "argmax") and any(x.shape[a] == 0 for a in self.axes):
-            raise ValueError(f"{op}: cannot reduce over a size-0 axis of shape {x.shape} "
+        if not r.empty_ok and any(x.shape[a] == 0 for a in self.axes):
+            raise ValueError(f"{r.name}: cannot reduce over a size-0 axis of shape {x.shape} "
                              "(the operation has no identity)")
         if out_shape is None:
             out_shape = kept if keepdims else tuple(
                 n for i, n in enumerate(x.shape) if i not in self.axes)
         self.shape = out_shape
         self.device = x.device
-        self.dtype = _reduce_dtype(op, x.dtype)
+        self.dtype = r.result_dtype(x.dtype)
+
+    @property
+    def reduction(self) -> ReduceDef:
+        return REDUCTIONS[self.op]
 
     def children(self):
         return (self.x,)
@@ -612,14 +563,7 @@ class Reduce(Complex):
         return tuple(1 if i in self.axes else n for i, n in enumerate(self.x.shape))
 
 
-def _reduce_dtype(op, dtype):
-    if op == "argmax":
-        return dtypes.int64
-    if op == "mean":
-        return dtypes.float_result(dtype)
-    if op == "sum" and dtype.kind in "bi":
-        return dtypes.int64
-    return dtype
+_SUM = REDUCTIONS["sum"]  # sum_to
 
 
 # ---- construction helpers with build-time checks ----------------------------
@@ -730,26 +674,20 @@ def as_exp(x) -> Exp:
     raise TypeError(f"cannot use a {type(x).__name__} in a tensor expression")
 
 
-def check_power(base: Exp, exponent) -> None:
-    """NumPy's rule, applied when the op is built: an integer or bool base to a negative
-    integer power (a number known now) is a ValueError; an integer cannot hold 1/2."""
-    value = exponent.value if type(exponent) is Scalar else exponent
-    if isinstance(value, (int, np.integer)) and value < 0 and base.dtype.kind in "biu":
-        raise ValueError(f"pow: Integers to negative integer powers are not allowed (NumPy's "
-                         f"rule): a {base.dtype.name} base to the power {value}; make the "
-                         f"base float first, e.g. x.astype('float32') ** {value}")
-
-
 def apply_op(name: str, *operands) -> Exp:
     """Apply a registered elementwise op (built-in or user-defined) lazily."""
     op = OPS.get(name)
     if op is None:
         raise KeyError(f"no op named {name!r}; registered: {sorted(OPS)}")
+    return _apply(op, operands)
+
+
+def _apply(op: OpDef, operands: tuple) -> Exp:
     if len(operands) != op.arity:
-        raise TypeError(f"{name} takes {op.arity} operands, got {len(operands)}")
+        raise TypeError(f"{op.name} takes {op.arity} operands, got {len(operands)}")
     args = tuple([x if isinstance(x, Exp) else as_exp(x) for x in operands])
-    if name == "pow":
-        check_power(*args)
+    if op.check is not None:
+        op.check(*args)
     for a in args:
         if type(a) is not Scalar:
             return Map(op, args)
@@ -779,15 +717,75 @@ def matmul(a, b) -> Exp:
     return Dot(as_exp(a), as_exp(b))
 
 
-# Public functional forms.
-def exp(x): return apply_op("exp", x)  # noqa: E704
-def log(x): return apply_op("log", x)  # noqa: E704
-def sqrt(x): return apply_op("sqrt", x)  # noqa: E704
-def tanh(x): return apply_op("tanh", x)  # noqa: E704
-def sigmoid(x): return apply_op("sigmoid", x)  # noqa: E704
-def relu(x): return apply_op("relu", x)  # noqa: E704
-def sign(x): return apply_op("sign", x)  # noqa: E704
-def maximum(a, b): return apply_op("maximum", a, b)  # noqa: E704
-def minimum(a, b): return apply_op("minimum", a, b)  # noqa: E704
-def where(cond, a, b): return apply_op("where", cond, a, b)  # noqa: E704
-def clip(x, lo, hi): return apply_op("clip", x, lo, hi)  # noqa: E704
+# ---- Public functional forms, and Exp's methods: made from the registry -------------
+# One loop per surface reads the rows of tensor/ops.py, so a built-in op or a reduction
+# added there is ``T.<name>``, an Exp method and (where the row names one) an operator
+# with no edit here. The functions are globals of this module: ``abs``, ``pow`` and
+# ``sum`` below are the ops, not Python's builtins (this module does not call those).
+
+def _function(op: OpDef, params: tuple[str, ...] = (), owner: str | None = None):
+    """``T.<name>``: the op over tensors, expressions or numbers, as ``apply_op`` (with
+    ``owner``: its method, ``self`` first)."""
+    if op.arity == 1:
+        def fn(x) -> Exp: return _apply(op, (x,))  # noqa: E704
+    elif op.arity == 2:
+        def fn(a, b) -> Exp: return _apply(op, (a, b))  # noqa: E704
+    else:
+        def fn(a, b, c) -> Exp: return _apply(op, (a, b, c))  # noqa: E704
+    return named_function(fn, op.name, params or op.operands,
+                          f"Elementwise ``{op.name}``, lazy: it fuses with what uses it.", owner)
+
+
+def _reduce_function(r: ReduceDef):
+    def fn(x, axis=None, keepdims: bool = False) -> Exp:
+        return Reduce(r, as_exp(x), axis, keepdims)
+    return named_function(fn, r.function, ("x",), f"``{r.name}`` over ``axis`` (None: all).")
+
+
+def _unary_method(op: OpDef):
+    """``x.<name>()``: the row bound here, so a call costs what ``Map(op, (x,))`` costs."""
+    def method(self) -> Exp:
+        return Map(op, (self,))
+    return named_function(method, op.name, ("self",), f"Elementwise ``{op.name}``.", "Exp")
+
+
+def _reduce_method(r: ReduceDef):
+    def method(self, axis=None, keepdims: bool = False) -> Exp:
+        return Reduce(r, self, axis, keepdims)
+    return named_function(method, r.name, ("self",), f"``{r.name}`` over ``axis`` (None: all).",
+                          "Exp")
+
+
+def _where_method(self, condition, other) -> Exp:
+    """PyTorch's ``x.where(condition, y)``: ``where(condition, x, y)``."""
+    return _apply(_WHERE, (condition, self, other))
+
+
+_WHERE = OPS["where"]
+#: The methods a generated one cannot express (the operand order differs).
+_EXPLICIT_METHODS = {"where": _where_method}
+
+#: ``T.<name>`` for each built-in row and reduction (exported by tensor/__init__.py).
+FUNCTIONS: dict = {op.name: _function(op) for op in OPS.values() if op.builtin}
+FUNCTIONS.update((r.function, _reduce_function(r)) for r in REDUCTIONS.values())
+globals().update(FUNCTIONS)
+
+
+def _install_exp_surface() -> None:
+    """Each built-in row's method (``_unary_method``, else ``_function``) and operator,
+    and each reduction's method, on Exp."""
+    for op in OPS.values():
+        if not op.builtin:
+            continue
+        unary = _unary_method(op) if op.arity == 1 else None
+        method = unary or _EXPLICIT_METHODS.get(op.name) or _function(op, op.method_params, "Exp")
+        setattr(Exp, op.name, method)
+        if op.operator is not None:
+            setattr(Exp, f"__{op.operator}__", unary or _operator(op))
+        if op.reflected:
+            setattr(Exp, f"__r{op.operator}__", _operator(op, reflected=True))
+    for r in REDUCTIONS.values():
+        setattr(Exp, r.name, _reduce_method(r))
+
+
+_install_exp_surface()

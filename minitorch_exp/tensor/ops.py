@@ -1,4 +1,4 @@
-"""The elementwise op registry: this project's ``F<op>``.
+"""The op registry: this project's ``F<op>``, and the one place its op surface is declared.
 
 Every elementwise op -- built-in or user-defined -- is one ``OpDef`` with:
 
@@ -12,12 +12,20 @@ Every elementwise op -- built-in or user-defined -- is one ``OpDef`` with:
   operand (``None`` where there is no gradient), written with the same ops, so
   backward passes fuse exactly like forward ones.
 
+A built-in row (``define_builtin``) is also the op's whole public surface: the Exp
+method and operator (tensor/expr.py ``_install_exp_surface``), ``T.<name>``
+(expr.py ``FUNCTIONS``), ``mt.<name>`` (node/ops.py ``FUNCTIONS``) and the Node method
+and operator (node/node.py ``install_methods``) are generated from it, so adding
+a built-in is one row. Each reduction is likewise one ``ReduceDef`` in ``REDUCTIONS``.
+
 User ops go through ``register_op``, which validates the name and the CUDA
-snippet before either can reach generated source.
+snippet before either can reach generated source; they are called by name
+(``apply_op``, ``mt.op``) and get no methods.
 """
 
 from __future__ import annotations
 
+import functools
 import keyword
 import re
 import types
@@ -39,6 +47,23 @@ class OpDef:
     result: str = "promote"  # promote | float | bool | where
     derivative: Callable | None = None
     builtin: bool = True
+    #: The operand names of its ``T.*`` and ``mt.*`` functions (empty: by arity, below).
+    params: tuple[str, ...] = ()
+    #: The Python operator it is: ``"add"`` gives ``__add__`` (and ``__radd__`` when
+    #: ``reflected``); None: none.
+    operator: str | None = None
+    reflected: bool = False
+    #: ``check(*operands)``, run when the op is built (pow: NumPy's integer-power rule).
+    check: Callable | None = None
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        return self.params or _OPERAND_NAMES[self.arity]
+
+    @property
+    def method_params(self) -> tuple[str, ...]:
+        """Its method's parameters: ``x.maximum(other)``, ``x.clip(lo, hi)``."""
+        return ("self", "other") if self.arity == 2 else ("self", *self.operands[1:])
 
     def result_dtype(self, operands: list) -> np.dtype:
         """``operands``: dtypes, or Python values for weak scalars."""
@@ -60,11 +85,33 @@ class OpDef:
         return self.result_dtype(operands)
 
 
+_OPERAND_NAMES = {1: ("x",), 2: ("a", "b"), 3: ("x", "y", "z")}
+
+
+def named_function(fn: Callable, name: str, params: tuple[str, ...], doc: str,
+                   owner: str | None = None) -> Callable:
+    """``fn``, made for a row, as the function (or ``owner``'s method) ``name``: its first
+    parameters renamed ``params`` (``fn(a, b, c)`` becomes ``where(cond, a, b)``), so its
+    signature, ``help()`` and keyword calls read as if it were written out."""
+    code = fn.__code__
+    fn.__code__ = code.replace(co_varnames=params + code.co_varnames[len(params):])
+    fn.__name__ = name
+    fn.__qualname__ = f"{owner}.{name}" if owner else name
+    fn.__doc__ = doc
+    return fn
+
+
 OPS: dict[str, OpDef] = {}
 
 
-def _define(name, arity, numpy_fn, cuda, py=None, result="promote", derivative=None):
-    OPS[name] = OpDef(name, arity, numpy_fn, cuda, py, result, derivative)
+def define_builtin(name: str, arity: int, numpy_fn: Callable, cuda: str, py: str | None = None,
+                   **fields) -> OpDef:
+    """Add a built-in row (``fields``: the rest of ``OpDef``'s). Read when the package is
+    imported: every surface of the op is generated from the row (module docstring)."""
+    if name in OPS:
+        raise ValueError(f"an op named {name!r} is already registered")
+    OPS[name] = OpDef(name, arity, numpy_fn, cuda, py, **fields)
+    return OPS[name]
 
 
 def _where(c, a, b, out=None):
@@ -93,9 +140,20 @@ def _clip(x, lo, hi, out=None):
 # ---- derivatives: each next to the op it belongs to (see module docstring) ----
 # They import expression helpers lazily to keep ops.py free of expr.py at import.
 
+@functools.cache
 def _e():
     from . import expr
     return expr
+
+
+def check_power(base, exponent) -> None:
+    """NumPy's rule, applied when the op is built: an integer or bool base to a negative
+    integer power (a number known now) is a ValueError; an integer cannot hold 1/2."""
+    value = exponent.value if type(exponent) is _e().Scalar else exponent
+    if isinstance(value, (int, np.integer)) and value < 0 and base.dtype.kind in "biu":
+        raise ValueError(f"pow: Integers to negative integer powers are not allowed (NumPy's "
+                         f"rule): a {base.dtype.name} base to the power {value}; make the "
+                         f"base float first, e.g. x.astype('float32') ** {value}")
 
 
 def _d_add(g, out, a, b):
@@ -208,45 +266,56 @@ _NAN_MIN = "(({0} < {1} || {0} != {0}) ? {0} : {1})"
 _PY_NAN_MAX = "({0} if ({0} > {1} or {0} != {0}) else {1})"
 _PY_NAN_MIN = "({0} if ({0} < {1} or {0} != {0}) else {1})"
 
-_define("add", 2, np.add, "({0} + {1})", "({0} + {1})", derivative=_d_add)
-_define("sub", 2, np.subtract, "({0} - {1})", "({0} - {1})", derivative=_d_sub)
-_define("mul", 2, np.multiply, "({0} * {1})", "({0} * {1})", derivative=_d_mul)
-_define("div", 2, np.true_divide, "({0} / {1})", "({0} / {1})", result="float",
-        derivative=_d_div)
-_define("pow", 2, np.power, "pow({0}, {1})", "({0} ** {1})", derivative=_d_pow)
-_define("maximum", 2, np.maximum, _NAN_MAX, _PY_NAN_MAX, derivative=_d_maximum)
-_define("minimum", 2, np.minimum, _NAN_MIN, _PY_NAN_MIN, derivative=_d_minimum)
-_define("neg", 1, np.negative, "(-{0})", "(-{0})", derivative=_d_neg)
-_define("abs", 1, np.abs, "({0} < ({T})0 ? -{0} : {0})", "abs({0})", derivative=_d_abs)
+define_builtin("add", 2, np.add, "({0} + {1})", "({0} + {1})", derivative=_d_add,
+               operator="add", reflected=True)
+define_builtin("sub", 2, np.subtract, "({0} - {1})", "({0} - {1})", derivative=_d_sub,
+               operator="sub", reflected=True)
+define_builtin("mul", 2, np.multiply, "({0} * {1})", "({0} * {1})", derivative=_d_mul,
+               operator="mul", reflected=True)
+define_builtin("div", 2, np.true_divide, "({0} / {1})", "({0} / {1})", result="float",
+               derivative=_d_div, operator="truediv", reflected=True)
+define_builtin("pow", 2, np.power, "pow({0}, {1})", "({0} ** {1})", derivative=_d_pow,
+               operator="pow", reflected=True, check=check_power)
+define_builtin("maximum", 2, np.maximum, _NAN_MAX, _PY_NAN_MAX, derivative=_d_maximum)
+define_builtin("minimum", 2, np.minimum, _NAN_MIN, _PY_NAN_MIN, derivative=_d_minimum)
+define_builtin("neg", 1, np.negative, "(-{0})", "(-{0})", derivative=_d_neg, operator="neg")
+define_builtin("abs", 1, np.abs, "({0} < ({T})0 ? -{0} : {0})", "abs({0})", derivative=_d_abs,
+               operator="abs")
 # NaN propagates through sign and relu, as in NumPy (``x != x`` only for NaN).
-_define("sign", 1, np.sign, "({0} != {0} ? {0} : ({T})(({0} > ({T})0) - ({0} < ({T})0)))",
-        "({0} if {0} != {0} else ({0} > 0) - ({0} < 0))", derivative=_no_grad)
-_define("exp", 1, np.exp, "exp({0})", "math.exp({0})", result="float", derivative=_d_exp)
-_define("log", 1, np.log, "log({0})", "_log({0})", result="float", derivative=_d_log)
-_define("sqrt", 1, np.sqrt, "sqrt({0})", "_sqrt({0})", result="float", derivative=_d_sqrt)
-_define("tanh", 1, np.tanh, "tanh({0})", "math.tanh({0})", result="float",
-        derivative=_d_tanh)
-_define("sigmoid", 1, _sigmoid,
-        "({0} >= ({T})0 ? ({T})1 / (({T})1 + exp(-{0})) : exp({0}) / (({T})1 + exp({0})))",
-        "(1.0 / (1.0 + math.exp(-{0})) if {0} >= 0 else math.exp({0}) / (1.0 + math.exp({0})))",
-        result="float", derivative=_d_sigmoid)
-_define("relu", 1, _relu, "(!({0} <= ({T})0) ? {0} : ({T})0)",
-        "({0} if not ({0} <= 0) else 0)", derivative=_d_relu)
+define_builtin("sign", 1, np.sign,
+               "({0} != {0} ? {0} : ({T})(({0} > ({T})0) - ({0} < ({T})0)))",
+               "({0} if {0} != {0} else ({0} > 0) - ({0} < 0))", derivative=_no_grad)
+define_builtin("exp", 1, np.exp, "exp({0})", "math.exp({0})", result="float",
+               derivative=_d_exp)
+define_builtin("log", 1, np.log, "log({0})", "_log({0})", result="float", derivative=_d_log)
+define_builtin("sqrt", 1, np.sqrt, "sqrt({0})", "_sqrt({0})", result="float",
+               derivative=_d_sqrt)
+define_builtin("tanh", 1, np.tanh, "tanh({0})", "math.tanh({0})", result="float",
+               derivative=_d_tanh)
+define_builtin(
+    "sigmoid", 1, _sigmoid,
+    "({0} >= ({T})0 ? ({T})1 / (({T})1 + exp(-{0})) : exp({0}) / (({T})1 + exp({0})))",
+    "(1.0 / (1.0 + math.exp(-{0})) if {0} >= 0 else math.exp({0}) / (1.0 + math.exp({0})))",
+    result="float", derivative=_d_sigmoid)
+define_builtin("relu", 1, _relu, "(!({0} <= ({T})0) ? {0} : ({T})0)",
+               "({0} if not ({0} <= 0) else 0)", derivative=_d_relu)
 for _name, _ufunc, _sym in [("eq", np.equal, "=="), ("ne", np.not_equal, "!="),
                             ("lt", np.less, "<"), ("le", np.less_equal, "<="),
                             ("gt", np.greater, ">"), ("ge", np.greater_equal, ">=")]:
-    _define(_name, 2, _ufunc, f"({{0}} {_sym} {{1}})", f"({{0}} {_sym} {{1}})",
-            result="bool", derivative=_no_grad)
-_define("logical_and", 2, np.logical_and, "({0} && {1})", "({0} and {1})", result="bool",
-        derivative=_no_grad)
-_define("logical_or", 2, np.logical_or, "({0} || {1})", "({0} or {1})", result="bool",
-        derivative=_no_grad)
-_define("logical_not", 1, np.logical_not, "(!{0})", "(not {0})", result="bool",
-        derivative=_no_grad)
-_define("where", 3, _where, "({0} ? {1} : {2})", "({1} if {0} else {2})", result="where",
-        derivative=_d_where)
-_define("clip", 3, _clip, "(" + _NAN_MIN.format(_NAN_MAX.format("{0}", "{1}"), "{2}") + ")",
-        _PY_NAN_MIN.format(_PY_NAN_MAX.format("{0}", "{1}"), "{2}"), derivative=_d_clip)
+    define_builtin(_name, 2, _ufunc, f"({{0}} {_sym} {{1}})", f"({{0}} {_sym} {{1}})",
+                   result="bool", derivative=_no_grad, operator=_name)
+define_builtin("logical_and", 2, np.logical_and, "({0} && {1})", "({0} and {1})",
+               result="bool", derivative=_no_grad, operator="and")
+define_builtin("logical_or", 2, np.logical_or, "({0} || {1})", "({0} or {1})", result="bool",
+               derivative=_no_grad, operator="or")
+define_builtin("logical_not", 1, np.logical_not, "(!{0})", "(not {0})", result="bool",
+               derivative=_no_grad, operator="invert")
+define_builtin("where", 3, _where, "({0} ? {1} : {2})", "({1} if {0} else {2})",
+               result="where", derivative=_d_where, params=("cond", "a", "b"))
+define_builtin("clip", 3, _clip,
+               "(" + _NAN_MIN.format(_NAN_MAX.format("{0}", "{1}"), "{2}") + ")",
+               _PY_NAN_MIN.format(_PY_NAN_MAX.format("{0}", "{1}"), "{2}"), derivative=_d_clip,
+               params=("x", "lo", "hi"))
 
 
 def _erf(x, out=None):
@@ -269,7 +338,105 @@ def _d_erf(g, out, a):
     return (g * (2.0 / np.sqrt(np.pi)) * _e().exp(-(a * a)),)
 
 
-_define("erf", 1, _erf, "erf({0})", "math.erf({0})", result="float", derivative=_d_erf)
+define_builtin("erf", 1, _erf, "erf({0})", "math.erf({0})", result="float",
+               derivative=_d_erf)
+
+
+# ---- reductions ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReduceDef:
+    """A reduction: all that tells ``sum``, ``mean``, ``max``, ``min`` and ``argmax`` apart.
+
+    Its Exp and Node methods are ``name`` (``x.max()``), its ``T.*`` and ``mt.*``
+    functions ``function`` (PyTorch's ``amax``); a ``Reduce`` node's ``op`` is ``name``.
+    """
+
+    name: str
+    function: str
+    #: NumPy's own, ``f(values, axis=, keepdims=)``: what every backend must agree with.
+    numpy: Callable
+    #: The row of ``OPS`` that folds a value into an accumulator, and partial results
+    #: together; None: no compiled kernel (NumPy computes it).
+    combine: str | None
+    #: Where an accumulator starts: the ``"zero"``, ``"lowest"`` or ``"highest"`` value of
+    #: its dtype (``identity_value``).
+    identity: str | None
+    #: The result dtype: ``"same"``, ``"float"``, ``"sum"`` (bools and ints give int64) or
+    #: ``"index"`` (int64).
+    result: str
+    #: The accumulator dtype: ``"same"``, ``"wide"`` (float64 for floats, else int64) or
+    #: ``"float64"``.
+    accumulate: str
+    #: The result is the accumulator divided by the number of elements reduced.
+    divide: bool = False
+    #: Takes one axis or None (an index into the flattened values).
+    one_axis: bool = False
+    #: May reduce a size-0 axis (NumPy refuses where there is no identity).
+    empty_ok: bool = True
+    #: ``d(g, x, out, axes, count)``: the gradient for ``x``, given ``g`` and ``out``
+    #: broadcast back to ``x``'s shape and ``count`` elements per result; None: none.
+    derivative: Callable | None = None
+    #: The derivative reads ``x`` and ``out`` (the Node level keeps them, ``out``
+    #: computed); without it they are None and nothing is kept.
+    saves: bool = False
+
+    def result_dtype(self, dtype: np.dtype) -> np.dtype:
+        if self.result == "index":
+            return dtypes.int64
+        if self.result == "float":
+            return dtypes.float_result(dtype)
+        if self.result == "sum" and dtype.kind in "bi":
+            return dtypes.int64
+        return dtype
+
+    def accumulator_dtype(self, dtype: np.dtype) -> np.dtype:
+        """Sums accumulate in 64 bits (float32 sums in float64, for accuracy)."""
+        if self.accumulate == "float64" or (self.accumulate == "wide" and dtype.kind == "f"):
+            return dtypes.float64
+        return dtypes.int64 if self.accumulate == "wide" else dtype
+
+    def identity_value(self, dtype: np.dtype):
+        """The accumulator's first value for ``dtype``: 0, or its lowest or highest value
+        (infinities for floats, False and True for bools)."""
+        if self.identity == "zero":
+            return dtype.type(0)
+        high = self.identity == "highest"
+        if dtype == dtypes.bool_:
+            return np.bool_(high)
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            return dtype.type(info.max if high else info.min)
+        return dtype.type(np.inf if high else -np.inf)
+
+
+def _d_sum(g, x, out, axes, count):
+    return g
+
+
+def _d_mean(g, x, out, axes, count):
+    return g * (1.0 / max(count, 1))
+
+
+def _d_extremum(g, x, out, axes, count):
+    """max and min: the gradient is shared evenly between the elements equal to ``out``."""
+    from .engine import realize
+    hit = x == out
+    ties = realize(hit.astype(x.dtype).sum(axes, True))
+    return _e().where(hit, g / ties.broadcast_to(x.shape), 0)
+
+
+REDUCTIONS: dict[str, ReduceDef] = {r.name: r for r in [
+    ReduceDef("sum", "sum", np.sum, "add", "zero", "sum", "wide", derivative=_d_sum),
+    ReduceDef("mean", "mean", np.mean, "add", "zero", "float", "float64", divide=True,
+              derivative=_d_mean),
+    ReduceDef("max", "amax", np.amax, "maximum", "lowest", "same", "same", empty_ok=False,
+              derivative=_d_extremum, saves=True),
+    ReduceDef("min", "amin", np.amin, "minimum", "highest", "same", "same", empty_ok=False,
+              derivative=_d_extremum, saves=True),
+    ReduceDef("argmax", "argmax", np.argmax, None, None, "index", "same", one_axis=True,
+              empty_ok=False),
+]}
 
 
 # ---- user-defined ops ---------------------------------------------------------
