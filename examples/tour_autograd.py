@@ -56,7 +56,7 @@ def build_graph():
         a reduction -- ran add, tanh, the square and the sum as one pass over z.
         explain() shows the graph around a node and what fused:""")
     print(mt.explain(loss))
-    return x, W, b, loss
+    return x, W, b, z, h, loss
 
 
 def draw(loss, out: Path) -> None:
@@ -66,7 +66,9 @@ def draw(loss, out: Path) -> None:
     say(f"""
         Saved {png} (drawn with matplotlib: boxes, arrows, fused groups shaded)
         and {out / 'graph.dot'} (render it with graphviz: dot -Tpng graph.dot).
-        Each box holds the node's op and, for a lazy node, its expression tree.""")
+        Each box holds the node's op and, for a lazy node, its expression tree.
+        Nodes are named as explain() named them above: after the variables that
+        hold them where the picture is drawn (z, h, loss), the rest n1, n2, ...""")
 
 
 # ---- 3. backward and gradcheck ---------------------------------------------------------
@@ -197,7 +199,9 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/tours"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    x, W, b, loss = build_graph()
+    # z and h stay named here: draw_graph, like explain, names nodes after the
+    # variables of its callers, so the picture and the text above agree.
+    x, W, b, z, h, loss = build_graph()
     draw(loss, args.out)
     backward(x, W, b, loss)
     fusion_counts()

@@ -7,7 +7,8 @@ gets
 
       ------------------------ 793 skipped, by reason ------------------------
         631  needs a GPU: CuPy is not installed
-        162  needs PyTorch (the CPU build: README, "Run the tests"): ...
+        162  needs PyTorch (its CPU build: README, "PyTorch, for the comparison
+              tests"): could not import 'torch': No module named 'torch'
 
   so hundreds of skips explain themselves without ``-rs``'s line per test;
 * the peak resident memory of each process that ran tests (``gw0 0.92 GB``).
@@ -15,6 +16,18 @@ gets
 ``MINITORCH_TEST_MAX_RSS_MB``: where set, a process whose peak goes over that
 many MiB fails the run, with a line saying which (``.ci/run`` sets it), so a
 test that starts to hoard memory is caught where it lands.
+
+Why workers are recycled. numba keeps every function it compiles in memory
+for the life of the process (about 1 MiB each, freed by nothing short of
+exit; 0.25 MiB when loaded from the disk cache), and the suite compiles a few
+thousand distinct kernels: hypothesis draws new expression structures, and
+each structure is a kernel. So under pytest-xdist's default ``--dist load``
+the scheduler here is xdist's work stealing plus one rule: a worker whose
+peak memory passed ``MINITORCH_TEST_RECYCLE_RSS_MB`` (default 1000; 0 turns
+it off) hands its queued tests back, finishes the one it is running, and a
+fresh worker takes its place. Nothing else holds memory across tests worth
+the name: the Plan and launch memos are bounded, hypothesis keeps its
+example database on disk, and no fixture keeps large arrays past its scope.
 
 The hooks live here rather than in a plugin so that every way of running the
 tests (``pytest``, ``pytest -n 2``, one file) gets them.
@@ -34,13 +47,17 @@ except ImportError:  # Windows: no getrusage; the memory line is left out
     resource = None
 
 LIMIT_ENV = "MINITORCH_TEST_MAX_RSS_MB"
+RECYCLE_ENV = "MINITORCH_TEST_RECYCLE_RSS_MB"
+DEFAULT_RECYCLE_MB = 1000.0
 
 #: Where a bare import failure comes from -> what the reader should know about it.
 _EXPLAINED_IMPORTS = {
-    "torch": 'needs PyTorch (the CPU build: README, "Run the tests")',
+    "torch": 'needs PyTorch (its CPU build: README, "PyTorch, for the comparison tests")',
 }
 
 _PEAKS_MB: dict[str, float] = {}  # test process ("gw0", or "main" without xdist) -> peak RSS
+_LATEST_MB: dict[object, float] = {}  # xdist controller: worker -> peak RSS after its last test
+_RECYCLED: list[str] = []  # workers replaced for their memory, in order
 
 
 def _peak_rss_mb() -> float | None:
@@ -67,6 +84,12 @@ def _limit_mb() -> float | None:
     return float(value) if value else None
 
 
+def _recycle_mb() -> float | None:
+    value = os.environ.get(RECYCLE_ENV, "").strip()
+    mb = float(value) if value else DEFAULT_RECYCLE_MB
+    return mb if mb > 0 else None
+
+
 def pytest_sessionfinish(session):
     peak = _peak_rss_mb()
     if peak is None:
@@ -89,6 +112,94 @@ def pytest_testnodedown(node, error):
     peak = getattr(node, "workeroutput", {}).get("minitorch_peak_rss_mb")
     if peak is not None:
         _PEAKS_MB[node.gateway.id] = peak
+    _LATEST_MB.pop(node, None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On an xdist worker, each teardown report carries the worker's peak memory so
+    far (an extra report attribute travels with the report to the controller)."""
+    report = yield
+    if call.when == "teardown" and hasattr(item.config, "workerinput"):
+        report.minitorch_peak_rss_mb = _peak_rss_mb()
+    return report
+
+
+def pytest_runtest_logreport(report):
+    node = getattr(report, "node", None)  # set by xdist on the controller
+    peak = getattr(report, "minitorch_peak_rss_mb", None)
+    if node is not None and peak is not None:
+        _LATEST_MB[node] = peak
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist load`` (the default of ``-n``): work stealing that recycles a worker
+    past ``MINITORCH_TEST_RECYCLE_RSS_MB`` (module docstring). Other modes: xdist's."""
+    limit = _recycle_mb()
+    if limit is None or config.getvalue("dist") != "load" or resource is None:
+        return None
+    return _recycling_scheduler()(config, log, limit)
+
+
+def _recycling_scheduler():
+    from xdist.scheduler import WorkStealingScheduling
+
+    class RecyclingScheduling(WorkStealingScheduling):
+        """xdist's work stealing; a worker past ``limit_mb`` is replaced by a fresh one.
+
+        Retiring a worker uses the stealing protocol: it is asked for every test
+        still in its queue but those it may already hold (the one running and
+        the next, which a worker takes early to know what comes after);
+        once they are back it is told to shut down, and a fresh worker is
+        started the way xdist replaces a crashed one. A steal is all or nothing,
+        so one refused (the worker had moved on) is asked again after its next
+        test, leaving it one more.
+        """
+
+        def __init__(self, config, log, limit_mb: float):
+            super().__init__(config, log)
+            self.limit_mb = limit_mb
+            self.retiring: set = set()
+            self.refused: dict = {}  # worker -> steals it refused (it was further along)
+
+        def mark_test_complete(self, node, item_index, duration=None):
+            peak = _LATEST_MB.get(node, 0.0)
+            if (peak > self.limit_mb and node not in self.retiring
+                    and not node.shutting_down and self.steal_requested_from_node is None):
+                self._retire(node)
+            super().mark_test_complete(node, item_index, duration)
+
+        def _retire(self, node) -> None:
+            # Called before the finished test leaves the list: skip it, the one the
+            # worker is running, the next it took early, and one more per refusal.
+            self.retiring.add(node)
+            queued = self.node2pending[node][3 + self.refused.get(node, 0):]
+            if queued:
+                node.send_steal(queued)
+                self.steal_requested_from_node = node
+            else:
+                others = any(p for n, p in self.node2pending.items() if n is not node)
+                self._replace(node, work_left=bool(self.pending) or others)
+
+        def remove_pending_tests_from_node(self, node, indices):
+            if node in self.retiring:
+                if indices:  # shut down before the tests go back, so none returns here
+                    self._replace(node, work_left=True)
+                else:  # it had moved on: ask again after its next test, for fewer
+                    self.retiring.discard(node)
+                    self.refused[node] = self.refused.get(node, 0) + 1
+            super().remove_pending_tests_from_node(node, indices)
+
+        def _replace(self, node, work_left: bool) -> None:
+            node.shutdown()
+            dsession = self.config.pluginmanager.get_plugin("dsession")
+            if dsession is None or dsession.shuttingdown or not work_left:
+                return
+            _RECYCLED.append(node.gateway.id)
+            dsession._clone_node(node)
+
+    return RecyclingScheduling
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -103,6 +214,10 @@ def pytest_terminal_summary(terminalreporter):
         peaks = ", ".join(f"{name} {mb / 1024:.2f} GB" for name, mb in sorted(_PEAKS_MB.items()))
         bound = f" (limit {limit / 1024:.2f} GB, {LIMIT_ENV})" if limit is not None else ""
         terminalreporter.write_line(f"peak memory per test process: {peaks}{bound}")
+        if _RECYCLED:
+            terminalreporter.write_line(
+                f"replaced for passing {_recycle_mb() / 1024:.2f} GB ({RECYCLE_ENV}): "
+                f"{', '.join(_RECYCLED)}")
         over = [name for name, mb in sorted(_PEAKS_MB.items()) if limit is not None and mb > limit]
         if over:
             terminalreporter.write_line(

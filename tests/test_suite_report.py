@@ -67,8 +67,8 @@ def test_skips_are_counted_once_per_reason(tmp_path):
     assert re.fullmatch(r" +3  needs a GPU: CuPy is not installed", lines[0]), lines
     assert re.fullmatch(r" +2  could not import 'no_such_module_for_minitorch_tests': .*",
                         lines[1]), lines
-    assert re.fullmatch(r' +1  needs PyTorch \(the CPU build: README, "Run the tests"\): '
-                        r"could not import 'torch': .*", lines[2]), lines
+    assert re.fullmatch(r' +1  needs PyTorch \(its CPU build: README, "PyTorch, for the '
+                        r"comparison tests\"\): could not import 'torch': .*", lines[2]), lines
     assert "1 passed, 6 skipped" in out
     assert re.search(r"peak memory per test process: main \d+\.\d\d GB$", out, re.M), out
 
@@ -93,3 +93,46 @@ def test_a_process_over_the_memory_limit_fails_the_run(tmp_path):
 
     proc = run_pytest(tmp_path, env={"MINITORCH_TEST_MAX_RSS_MB": "100000"})
     assert proc.returncode == 0 and "FAILED" not in proc.stdout, proc.stdout
+
+
+HOARDING_TESTS = '''
+import os
+import pytest
+
+HELD = []  # as numba holds every kernel it compiled, for the life of the process
+
+@pytest.mark.parametrize("i", range(12))
+def test_hoards(i):
+    HELD.append(bytearray(30 * 2**20))
+    HELD[-1][::4096] = b"x" * len(range(0, 30 * 2**20, 4096))  # touch every page
+    with open(os.environ["RAN_LOG"], "a") as f:
+        f.write(f"{i}\\n")
+'''
+
+
+def test_a_worker_past_the_recycle_bound_is_replaced_and_no_test_is_lost(tmp_path):
+    pytest.importorskip("xdist")
+    pytest.importorskip("resource")
+    tests = tmp_path / "suite"
+    tests.mkdir()
+    (tests / "conftest.py").write_text('pytest_plugins = ["tests.conftest"]\n')
+    (tests / "test_hoards.py").write_text(textwrap.dedent(HOARDING_TESTS))
+    ran = tmp_path / "ran.log"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    environ.update(PYTHONPATH=str(ROOT), RAN_LOG=str(ran), MINITORCH_TEST_RECYCLE_RSS_MB="100",
+                   MINITORCH_TEST_MAX_RSS_MB="400")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+         "--rootdir", str(tests), str(tests)],
+        capture_output=True, text=True, timeout=300, cwd=tests, env=environ)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "12 passed" in out
+    assert sorted(int(i) for i in ran.read_text().split()) == list(range(12))  # each once
+    replaced = re.search(r"^replaced for passing 0\.10 GB \(MINITORCH_TEST_RECYCLE_RSS_MB\): "
+                         r"(.*)$", out, re.M)
+    assert replaced, out
+    peaks = re.search(r"^peak memory per test process: (.*) \(limit", out, re.M).group(1)
+    workers = {name: float(gb) for name, gb, _ in (p.split() for p in peaks.split(", "))}
+    assert len(workers) > 2, out  # fresh workers took over
+    assert all(gb < 0.4 for gb in workers.values()), out
