@@ -239,7 +239,7 @@ class Module:
 
     def to(self, device) -> Module:
         for p in self.parameters():
-            p._value = p.value.to(device)
+            p.set_value(p.value.to(device), move=True)
             if p.grad is not None:
                 p.grad = p.grad.to(device)
         return self

@@ -24,7 +24,7 @@ import math
 import weakref
 
 from ..node.grad_mode import no_grad
-from ..node.node import Node
+from ..node.node import Node, grads_in_sinks
 from ..tensor import capture
 from ..tensor.creation import new_empty, zeros_like
 from ..tensor.engine import assign_all
@@ -276,12 +276,14 @@ class FlatGroup:
         start = 0
         for p in params:
             end = start + p.numel()
-            p._value = _move(p.value, values.storage.data[start:end])
-            p.grad_slot = GradSlot(grads.storage.data[start:end], p.value.layout, device)
+            view = _move(p.value, values.storage.data[start:end])
+            p.set_value(view)
+            slot = GradSlot(grads.storage.data[start:end], view.layout, device)
+            p.set_grad_sink(slot)
             if p.grad is not None:
-                p.grad_slot.adopt(p)
-            views.append(p._value)
-            slots.append(p.grad_slot)
+                slot.adopt(p)
+            views.append(view)
+            slots.append(slot)
             starts.append(start)
             start = end
         new_epoch()  # assignments prepared before hold the old buffers
@@ -289,10 +291,10 @@ class FlatGroup:
 
     def ready(self, params, states) -> bool:
         """True when one update over the flat buffers equals the per-parameter updates."""
-        for p, view, data, slot in zip(params, self.views, self.datas, self.slots):
-            grad = p.grad
-            if p._value is not view or view.storage.data is not data or grad is None \
-                    or not slot.holds(grad):
+        if not grads_in_sinks(params, self.views):  # values and gradients all here
+            return False
+        for view, data in zip(self.views, self.datas):
+            if view.storage.data is not data:
                 return False
         if not self.state:
             return all(not s for s in states)
@@ -337,11 +339,12 @@ class GradSlot:
     """A flat parameter's part of the flat gradient buffer, where backward writes.
 
     Each gradient begun afresh (``p.grad`` None) gets a Storage object of its own over
-    this memory (``take``, through ``Node.grad_buffer``). One handed out before and
-    still held -- ``g = p.grad`` kept through ``zero_grad(set_to_none=True)`` -- first
-    gets a copy of its values, so that it keeps them, as in PyTorch (where the next
-    backward makes a new tensor). One made while a step is captured is never copied
-    away: replays write here and give it back to ``p.grad`` (node/capture.py).
+    this memory (``take``: the parameter's gradient sink, ``Node.set_grad_sink``). One
+    handed out before and still held -- ``g = p.grad`` kept through
+    ``zero_grad(set_to_none=True)`` -- first gets a copy of its values, so that it keeps
+    them, as in PyTorch (where the next backward makes a new tensor). One made while a
+    step is captured is never copied away: replays write here and give it back to
+    ``p.grad`` (node/capture.py).
     """
 
     __slots__ = ("data", "layout", "device", "handed")
@@ -350,11 +353,10 @@ class GradSlot:
         self.data, self.layout, self.device = data, layout, device
         self.handed = None  # a weak reference to the Storage last handed out
 
-    def take(self, p: Node) -> Tensor | None:
-        """A Tensor over this memory for ``p``'s new gradient; None if ``p`` moved to
-        another device since (``Module.to``: backward then makes one). Its shape and
-        dtype cannot change (``Node.data``'s setter keeps them)."""
-        device = p._value.device
+    def take(self, device) -> Tensor | None:
+        """A Tensor over this memory for the parameter's new gradient; None if the
+        parameter moved to another ``device`` since (``Module.to``: backward then makes
+        one). Its shape and dtype cannot change (``Node.data``'s setter keeps them)."""
         if device is not self.device and device != self.device:
             return None
         old = self.handed() if self.handed is not None else None
@@ -372,12 +374,12 @@ class GradSlot:
             _move(t, self.data)
             self.handed = weakref.ref(t.storage)
         else:
-            fresh = self.take(p)
+            fresh = self.take(p.device)
             fresh[...] = t
             p.grad = Node(fresh)
 
-    def holds(self, grad: Node) -> bool:
-        t = grad._value
+    def holds(self, t) -> bool:
+        """The gradient value ``t`` (a Tensor, or a lazy expression) lies in this memory."""
         return t.kind == RVALUE and t.storage.data is self.data and (
             t.layout is self.layout or t.layout == self.layout)
 

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..tensor.explain import (
-    Names,
-    TreeView,
-    caller_names,
+from ..tensor.explain import Names, caller_names
+from .explain import (
     fused_groups,
     node_graph,
     node_inputs,
     node_names,
     node_op,
+    node_shape,
     node_state,
+    node_tree,
     node_values,
-    shape_str,
 )
 
 MAX_TREE_LINES = 8
@@ -63,11 +62,10 @@ def graph_view(root, known: dict[int, str] | None = None) -> GraphView:
 
 def node_label(n, nodes: list, names: dict[int, str], known: dict[int, str]) -> list[str]:
     """Name and op, shape and state, then (lazy nodes) the expression tree."""
-    lines = [f"{names[id(n)]}: {node_op(n)}", f"{shape_str(n._value)} · {node_state(n)}"]
+    lines = [f"{names[id(n)]}: {node_op(n)}", f"{node_shape(n)} · {node_state(n)}"]
     if n.is_lazy:
         stop = node_values(nodes, names, n)
-        rows = TreeView(Names({**known, **stop}), stop=stop).rows(n._value)
-        tree = [r.text for r in rows]
+        tree = [r.text for r in node_tree(n, Names({**known, **stop}), stop)]
         if len(tree) > MAX_TREE_LINES:
             tree = tree[:MAX_TREE_LINES - 1] + [f"… {len(tree) - MAX_TREE_LINES + 1} more"]
         lines += tree

@@ -35,7 +35,7 @@ class Node:
     """A differentiable tensor, PyTorch-shaped: ``shape``, ``grad``, ``backward()``..."""
 
     __slots__ = ("_value", "_grad", "requires_grad", "grad_fn", "_lazy_ops", "_reads", "_guard",
-                 "grad_slot", "__weakref__")
+                 "_grad_sink", "__weakref__")
     __array_priority__ = 200
     __hash__ = object.__hash__
 
@@ -49,10 +49,7 @@ class Node:
         self._lazy_ops = 0
         self._reads = None  # a lazy value: the storages its tree reads (lazy_value)
         self._guard = None
-        #: Where backward writes this leaf's next gradient when ``grad`` is None: an
-        #: optimizer's part of its flat buffer (``take(node)`` gives a Tensor over it, see
-        #: nn/optim.py GradSlot); None: a fresh tensor each time.
-        self.grad_slot = None
+        self._grad_sink = None  # set_grad_sink
         if requires_grad:
             _check_float(value.dtype)
 
@@ -72,12 +69,47 @@ class Node:
             return t
         return v
 
+    def __exp__(self) -> Exp:
+        """The expression this Node holds, as it is (a lazy one is not computed): how
+        tensor/explain.py names leaves after the Nodes holding them."""
+        return self._value
+
+    def set_value(self, value: Tensor, *, move: bool = False) -> None:
+        """Make the Tensor ``value`` this Node's value (for code that manages parameters).
+
+        That very object is kept: one made anew over the same memory counts as a new
+        value (a captured step records itself again). Its shape and dtype must be this
+        Node's, and its device too unless ``move`` (``Module.to``). nn/optim.py points
+        each parameter into a flat buffer so; a user writes ``.data = t``.
+        """
+        if not isinstance(value, Tensor):
+            raise TypeError(f"set_value takes a Tensor, got {type(value).__name__}")
+        if not move:
+            _checked_like(self, value, "the value")
+        elif (value.shape, value.dtype) != (self.shape, self.dtype):
+            raise ValueError(f"set_value: the value of a {self.dtype.name} tensor of shape "
+                             f"{self.shape} cannot become {value.dtype.name} {value.shape}")
+        if value is not self._value:
+            self._value = value
+            self._lazy_ops, self._reads = 0, None
+
+    def set_grad_sink(self, sink) -> None:
+        """Where backward writes this leaf's next gradient while ``grad`` is None.
+
+        ``sink.take(device)`` returns a Tensor of this Node's shape and dtype to write
+        into, or None when it cannot serve ``device`` (backward then makes one, as it
+        does when ``sink`` is None); ``sink.holds(value)`` tells whether a gradient's
+        value lies in its memory (``grads_in_sinks``). An optimizer's flat gradient
+        buffer is one (nn/optim.py ``GradSlot``).
+        """
+        self._grad_sink = sink
+
     @property
     def grad_buffer(self) -> Tensor | None:
         """The Tensor backward writes a new gradient into (None: it makes one); asked
         once per gradient started while ``grad`` is None."""
-        slot = self.grad_slot
-        return None if slot is None else slot.take(self)
+        sink = self._grad_sink
+        return None if sink is None else sink.take(self._value.device)
 
     @property
     def grad(self) -> Node | None:
@@ -189,7 +221,8 @@ class Node:
         backward(self, grad, retain_graph)
 
     def explain(self) -> str:
-        from ..tensor.explain import explain_node
+        """The graph around this Node, which lazy nodes fuse, and its expression."""
+        from .explain import explain_node
         return explain_node(self)
 
     def __repr__(self) -> str:
@@ -249,6 +282,20 @@ class Node:
                                "recorded; do it under `with mt.no_grad():`, or build the "
                                "result with mt.where / mt.cat / mt.stack")
         self.value[key] = value._value if isinstance(value, Node) else value
+
+
+def grads_in_sinks(nodes, values) -> bool:
+    """True when each node still holds the very Tensor in ``values`` (nothing replaced
+    it: ``set_value``, ``.data =``) and a gradient that its sink holds (``set_grad_sink``).
+
+    One call for a group of parameters, reading no Node's internals outside this
+    level: what an optimizer checks on every step (nn/optim.py ``FlatGroup.ready``).
+    """
+    for n, value in zip(nodes, values):
+        grad, sink = n._grad, n._grad_sink
+        if n._value is not value or grad is None or sink is None or not sink.holds(grad._value):
+            return False
+    return True
 
 
 def _checked_like(node: Node, value, what: str) -> Node:

@@ -16,10 +16,15 @@ will run:
   array for every op.
 
 The kernels come from ``lower.split``: the walk the engine itself takes,
-with a visitor that computes nothing. ``explain_node`` does the same for the Node graph, and
-``debug_run`` prints each kernel as it runs when ``MINITORCH_DEBUG`` is set.
-This module reads Nodes by duck typing, so ``tensor/`` still never imports
-``node/``.
+with a visitor that computes nothing. ``debug_run`` prints each kernel as it
+runs when ``MINITORCH_DEBUG`` is set.
+
+A level above joins in through two methods, so this module knows nothing of it:
+an object holding an expression offers ``__exp__()`` (the expression as held,
+nothing evaluated: leaves are called by the names of the objects holding them)
+and ``explain()``, which ``explain`` hands it to. node/explain.py explains a
+Node's graph that way, with the Exp-level pieces here (``Names``, ``TreeView``,
+``render_rows``, ``split_named``).
 """
 
 from __future__ import annotations
@@ -36,7 +41,6 @@ from . import layout as L
 from .backends import backend_for, cpu_backend
 from .device import as_device
 from .expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, as_exp, describe
-from .graphwalk import post_order
 from .kernels import (
     body_leaves,
     compiled_source,
@@ -55,7 +59,8 @@ from .tensor import Tensor
 
 
 def caller_names(depth: int = 8) -> dict[int, str]:
-    """``id(value) -> variable name`` for tensors and Nodes in the caller's frames.
+    """``id(value) -> variable name`` for expressions, and objects holding one, in the
+    caller's frames (an object holding one names its expression too: ``held_exp``).
 
     The caller is the first frame outside this package (so ``e.explain()`` and a
     debug line from deep in the engine both see the user's names); up to
@@ -79,16 +84,27 @@ def caller_names(depth: int = 8) -> dict[int, str]:
 def _named_values(scope: dict) -> dict[int, str]:
     found = {}
     for name, value in list(scope.items()):
-        if name.startswith("_") or not (isinstance(value, Exp) or _is_node(value)):
+        held = None if name.startswith("_") else held_exp(value)
+        if held is None:
             continue
         found[id(value)] = name
-        if _is_node(value):
-            found.setdefault(id(value._value), name)
+        if held is not value:
+            found.setdefault(id(held), name)
     return found
 
 
-def _is_node(x) -> bool:
-    return hasattr(x, "grad_fn") and hasattr(x, "_value")
+def held_exp(x) -> Exp | None:
+    """The expression ``x`` stands for, evaluating nothing: ``x`` itself for an Exp;
+    ``x.__exp__()`` for an object of a level above that holds one (a Node); else None."""
+    if isinstance(x, Exp):
+        return x
+    hook = getattr(type(x), "__exp__", None)
+    return None if hook is None else hook(x)
+
+
+def _explains_itself(x) -> bool:
+    """An object of a level above holding an expression (a Node): it explains itself."""
+    return not isinstance(x, Exp) and hasattr(type(x), "__exp__") and hasattr(x, "explain")
 
 
 class Names:
@@ -356,7 +372,8 @@ def explain(e, device=None, backend: str | None = None, out=None, saver: str = "
     caller has them.
 
     Args:
-        e: an expression (or a Tensor, or a Node: then ``explain_node`` answers).
+        e: an expression or a Tensor; an object of a level above that holds one (a
+            Node) answers with its own ``explain()``.
         device: whose code to show (default: the expression's device). ``'cuda'``
             shows the generated CUDA source even on a machine without a GPU.
         backend: the CPU evaluator to show, ``'numpy'`` or ``'numba'`` (default:
@@ -365,8 +382,8 @@ def explain(e, device=None, backend: str | None = None, out=None, saver: str = "
         saver: ``'='``, ``'+='``, ``'-='``, ``'*='`` or ``'/='``.
         parts: which sections to include, from ``SECTIONS``.
     """
-    if _is_node(e):
-        return explain_node(e)
+    if _explains_itself(e):
+        return e.explain()
     e = as_exp(e)
     names = Names(caller_names())
     device = as_device(device or e.device or "cpu")
@@ -477,157 +494,6 @@ def _kernel_summary(k: Kernel, names: Names) -> str:
     if k.kind == "reduce":
         return f"{k.body.op} over axes {k.body.axes} of {formula(k.body.x, names)}"
     return formula(k.body, names)
-
-
-# ---- explain_node: the graph around a Node --------------------------------------------
-
-
-def node_graph(root) -> tuple[list, dict[int, list]]:
-    """Nodes reachable from ``root`` through ``grad_fn``, inputs before their consumers.
-
-    Returns ``(nodes, consumers)``; ``consumers[id(n)]`` lists the nodes reading ``n``.
-    """
-    order = post_order(root, node_inputs)
-    consumers: dict[int, list] = {}
-    for node in order:
-        for parent in node_inputs(node):
-            consumers.setdefault(id(parent), []).append(node)
-    return order, consumers
-
-
-def node_inputs(node) -> list:
-    ctx = node.grad_fn
-    return [] if ctx is None else unique([x for x in ctx.inputs if _is_node(x)])
-
-
-def fused_groups(nodes: list, consumers: dict[int, list]) -> list[list]:
-    """Lazy nodes grouped with the nodes that read them: each group is one kernel.
-
-    A lazy value is computed inside its consumer's kernel (a realized consumer
-    already ran it that way). When all of its consumers end up in one group,
-    it joins that group; when they are in different kernels, each of them
-    recomputes it, so it joins none. ``nodes`` must list inputs before consumers.
-    """
-    group = {id(n): [n] for n in nodes}
-    for n in reversed(nodes):  # consumers first: their groups are final
-        users = consumers.get(id(n), [])
-        targets = unique([group[id(u)] for u in users])
-        if n.is_lazy and len(targets) == 1:
-            target = targets[0]
-            target.extend(group[id(n)])
-            for m in group[id(n)]:
-                group[id(m)] = target
-    rank = {id(n): i for i, n in enumerate(nodes)}
-    groups = [sorted(g, key=lambda m: rank[id(m)]) for g in unique(list(group.values()))]
-    return [g for g in groups if len(g) > 1]
-
-
-def node_op(node) -> str:
-    """The op that made ``node``: an elementwise op's name, else the Function's name."""
-    ctx = node.grad_fn
-    if ctx is None:
-        if node.is_lazy:
-            return f"{describe(node._value)} (not recorded: no input requires grad)"
-        return "leaf" if node.requires_grad else "tensor"
-    name, attrs = ctx.fn.__name__, ctx.attrs
-    if name == "Elementwise":
-        return attrs["op"]
-    shown = {k: attrs[k] for k in ("axes", "shape", "dims", "axis", "op") if k in attrs}
-    args = ", ".join(f"{k}={v}" for k, v in shown.items())
-    return f"{name}({args})" if args else name
-
-
-def node_state(node) -> str:
-    """``lazy`` (an expression not computed yet), ``in memory``, a view, or a leaf."""
-    if node.is_lazy:
-        return "lazy"
-    if node.grad_fn is None:
-        return "leaf, requires grad" if node.requires_grad else "constant"
-    value = node._value
-    if value.kind == RVALUE and any(getattr(p._value, "storage", None) is value.storage
-                                    for p in node_inputs(node)):
-        return "in memory (a view of its input)"
-    return "in memory"
-
-
-def node_names(nodes: list, known: dict[int, str]) -> dict[int, str]:
-    """The user's variable name for each node, else ``n1``, ``n2``... (never a user's name)."""
-    names = {id(n): known[id(n)] for n in nodes if id(n) in known}
-    taken = set(known.values())
-    counter = itertools.count(1)
-    for node in nodes:
-        if id(node) not in names:
-            name = next(f"n{i}" for i in counter if f"n{i}" not in taken)
-            names[id(node)] = name
-    return names
-
-
-def node_values(nodes: list, names: dict[int, str], skip) -> dict[int, str]:
-    """``id(value) -> node name`` for the values of every node but ``skip``."""
-    return {id(n._value): names[id(n)] for n in nodes if n is not skip}
-
-
-def explain_node(node, depth: int = 4) -> str:
-    """The graph around ``node`` (``depth`` levels of inputs), its fusion groups, its expression."""
-    nodes, consumers = node_graph(node)
-    known = caller_names()
-    names = node_names(nodes, known)
-    lines = [f"explain {names[id(node)]}: {node_op(node)} -> {shape_str(node._value)}, "
-             f"{node_state(node)}", "", f"Graph ({depth} levels of inputs)"]
-    lines += render_rows(_graph_rows(node, names, consumers, depth))
-    lines += [""] + _groups_text(fused_groups(nodes, consumers), names)
-    if node.is_lazy:
-        values = node_values(nodes, names, node)
-        leaf_names = Names({**known, **values})
-        s = split_named(node._value, leaf_names)
-        lines += ["", f"Expression of {names[id(node)]}: realizing it runs "
-                      f"{plural(len(s.kernels), 'kernel')}; [name] = a node of the graph"]
-        lines += render_rows(TreeView(leaf_names, s, aliases=values).rows(node._value))
-    return "\n".join(lines)
-
-
-def _graph_rows(root, names, consumers, depth) -> list[Row]:
-    rows: list[Row] = []
-    seen: set[int] = set()
-
-    def walk(n, lead, branch, level):
-        repeat = id(n) in seen
-        note = "see above" if repeat else _fusion_note(n, names, consumers)
-        rows.append(Row("", f"{lead}{names[id(n)]}: {node_op(n)}", shape_str(n._value),
-                        f"{node_state(n)}{'; ' + note if note else ''}"))
-        seen.add(id(n))
-        kids = [] if repeat else node_inputs(n)
-        if kids and level >= depth:
-            rows.append(Row("", f"{branch}└─ … {plural(len(kids), 'more input')}", "", ""))
-            return
-        for i, c in enumerate(kids):
-            last = i == len(kids) - 1
-            walk(c, branch + ("└─ " if last else "├─ "), branch + ("   " if last else "│  "),
-                 level + 1)
-
-    walk(root, "", "", 0)
-    return rows
-
-
-def _fusion_note(n, names, consumers) -> str:
-    users = consumers.get(id(n), [])
-    if not n.is_lazy or not users:
-        return ""
-    if len(users) > 1:
-        return f"read by {', '.join(names[id(u)] for u in users)}"
-    return f"fuses into {names[id(users[0])]}"
-
-
-def _groups_text(groups: list[list], names) -> list[str]:
-    if not groups:
-        return ["Fusion: no lazy chains here; every node above is its own kernel or a leaf"]
-    lines = ["Fusion (each group runs as one kernel)"]
-    for g in groups:
-        sink = g[-1]
-        when = "will run when it is realized" if sink.is_lazy else "already ran"
-        members = ", ".join(names[id(n)] for n in g)
-        lines.append(f"  {members}  -> one kernel producing {names[id(sink)]} ({when})")
-    return lines
 
 
 # ---- MINITORCH_DEBUG: print each kernel as it runs ----------------------------------

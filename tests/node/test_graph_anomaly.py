@@ -10,8 +10,8 @@ import pytest
 
 import minitorch_exp as mt
 from minitorch_exp.node.anomaly import AnomalyError, is_anomaly_enabled
+from minitorch_exp.node.explain import fused_groups, node_graph
 from minitorch_exp.node.graph import graph_view, layers
-from minitorch_exp.tensor.explain import fused_groups, node_graph
 
 
 def _mlp():

@@ -1,0 +1,205 @@
+"""explain() for a Node: the graph around it, which lazy nodes fuse, and its expression.
+
+``Node.explain()`` (and ``mt.explain(node)``) answer here. The Node-aware part --
+walking ``grad_fn``, naming the op that made each node, telling lazy from
+realized -- lives at this level; the text is drawn with tensor/explain.py's
+Exp-level pieces (``Names``, ``TreeView``, ``render_rows``, ``split_named``),
+which know nothing of Nodes. node/graph.py draws the same graph as a picture.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ..tensor.explain import (
+    Names,
+    Row,
+    TreeView,
+    caller_names,
+    plural,
+    render_rows,
+    shape_str,
+    split_named,
+)
+from ..tensor.expr import RVALUE, describe
+from ..tensor.graphwalk import post_order
+from .node import Node
+from .ops import Elementwise
+
+
+def _unique(items: list) -> list:
+    """``items`` without repeats (by identity), each where it first appears."""
+    seen: dict[int, object] = {}
+    for x in items:
+        seen.setdefault(id(x), x)
+    return list(seen.values())
+
+
+# ---- the graph -------------------------------------------------------------------------------
+
+def node_graph(root: Node) -> tuple[list, dict[int, list]]:
+    """Nodes reachable from ``root`` through ``grad_fn``, inputs before their consumers.
+
+    Returns ``(nodes, consumers)``; ``consumers[id(n)]`` lists the nodes reading ``n``.
+    """
+    order = post_order(root, node_inputs)
+    consumers: dict[int, list] = {}
+    for node in order:
+        for parent in node_inputs(node):
+            consumers.setdefault(id(parent), []).append(node)
+    return order, consumers
+
+
+def node_inputs(node: Node) -> list:
+    ctx = node.grad_fn
+    return [] if ctx is None else _unique([x for x in ctx.inputs if isinstance(x, Node)])
+
+
+def fused_groups(nodes: list, consumers: dict[int, list]) -> list[list]:
+    """Lazy nodes grouped with the nodes that read them: each group is one kernel.
+
+    A lazy value is computed inside its consumer's kernel (a realized consumer
+    already ran it that way). When all of its consumers end up in one group,
+    it joins that group; when they are in different kernels, each of them
+    recomputes it, so it joins none. ``nodes`` must list inputs before consumers.
+    """
+    group = {id(n): [n] for n in nodes}
+    for n in reversed(nodes):  # consumers first: their groups are final
+        users = consumers.get(id(n), [])
+        targets = _unique([group[id(u)] for u in users])
+        if n.is_lazy and len(targets) == 1:
+            target = targets[0]
+            target.extend(group[id(n)])
+            for m in group[id(n)]:
+                group[id(m)] = target
+    rank = {id(n): i for i, n in enumerate(nodes)}
+    groups = [sorted(g, key=lambda m: rank[id(m)]) for g in _unique(list(group.values()))]
+    return [g for g in groups if len(g) > 1]
+
+
+# ---- one node ----------------------------------------------------------------------------------
+
+def node_op(node: Node) -> str:
+    """The op that made ``node``: an elementwise op's name, else the Function's name."""
+    ctx = node.grad_fn
+    if ctx is None:
+        if node.is_lazy:
+            return f"{describe(node._value)} (not recorded: no input requires grad)"
+        return "leaf" if node.requires_grad else "tensor"
+    name, attrs = ctx.fn.__name__, ctx.attrs
+    if ctx.fn is Elementwise:
+        return attrs["op"]
+    shown = {k: attrs[k] for k in ("axes", "shape", "dims", "axis", "op") if k in attrs}
+    args = ", ".join(f"{k}={v}" for k, v in shown.items())
+    return f"{name}({args})" if args else name
+
+
+def node_state(node: Node) -> str:
+    """``lazy`` (an expression not computed yet), ``in memory``, a view, or a leaf."""
+    if node.is_lazy:
+        return "lazy"
+    if node.grad_fn is None:
+        return "leaf, requires grad" if node.requires_grad else "constant"
+    value = node._value
+    if value.kind == RVALUE and any(getattr(p._value, "storage", None) is value.storage
+                                    for p in node_inputs(node)):
+        return "in memory (a view of its input)"
+    return "in memory"
+
+
+def node_shape(node: Node) -> str:
+    """Shape and dtype, read without computing a lazy value."""
+    return shape_str(node._value)
+
+
+def node_tree(node: Node, names: Names, stop: dict[int, str]) -> list[Row]:
+    """Rows of a lazy node's expression, the graph's other nodes (``stop``) drawn by name."""
+    return TreeView(names, stop=stop).rows(node._value)
+
+
+# ---- names ---------------------------------------------------------------------------------------
+
+def node_names(nodes: list, known: dict[int, str]) -> dict[int, str]:
+    """The user's variable name for each node, else ``n1``, ``n2``... (never a user's name)."""
+    names = {id(n): known[id(n)] for n in nodes if id(n) in known}
+    taken = set(known.values())
+    counter = itertools.count(1)
+    for node in nodes:
+        if id(node) not in names:
+            name = next(f"n{i}" for i in counter if f"n{i}" not in taken)
+            names[id(node)] = name
+    return names
+
+
+def node_values(nodes: list, names: dict[int, str], skip) -> dict[int, str]:
+    """``id(value) -> node name`` for the values of every node but ``skip``."""
+    return {id(n._value): names[id(n)] for n in nodes if n is not skip}
+
+
+# ---- explain_node --------------------------------------------------------------------------------
+
+def explain_node(node: Node, depth: int = 4) -> str:
+    """The graph around ``node`` (``depth`` levels of inputs), its fusion groups, its expression."""
+    nodes, consumers = node_graph(node)
+    known = caller_names()
+    names = node_names(nodes, known)
+    lines = [f"explain {names[id(node)]}: {node_op(node)} -> {node_shape(node)}, "
+             f"{node_state(node)}", "", f"Graph ({depth} levels of inputs)"]
+    lines += render_rows(_graph_rows(node, names, consumers, depth))
+    lines += [""] + _groups_text(fused_groups(nodes, consumers), names)
+    if node.is_lazy:
+        lines += [""] + _expression_text(node, nodes, names, known)
+    return "\n".join(lines)
+
+
+def _expression_text(node: Node, nodes: list, names: dict, known: dict) -> list[str]:
+    values = node_values(nodes, names, node)
+    leaf_names = Names({**known, **values})
+    s = split_named(node._value, leaf_names)
+    head = [f"Expression of {names[id(node)]}: realizing it runs "
+            f"{plural(len(s.kernels), 'kernel')}; [name] = a node of the graph"]
+    return head + render_rows(TreeView(leaf_names, s, aliases=values).rows(node._value))
+
+
+def _graph_rows(root: Node, names, consumers, depth) -> list[Row]:
+    rows: list[Row] = []
+    seen: set[int] = set()
+
+    def walk(n, lead, branch, level):
+        repeat = id(n) in seen
+        note = "see above" if repeat else _fusion_note(n, names, consumers)
+        rows.append(Row("", f"{lead}{names[id(n)]}: {node_op(n)}", node_shape(n),
+                        f"{node_state(n)}{'; ' + note if note else ''}"))
+        seen.add(id(n))
+        kids = [] if repeat else node_inputs(n)
+        if kids and level >= depth:
+            rows.append(Row("", f"{branch}└─ … {plural(len(kids), 'more input')}", "", ""))
+            return
+        for i, c in enumerate(kids):
+            last = i == len(kids) - 1
+            walk(c, branch + ("└─ " if last else "├─ "), branch + ("   " if last else "│  "),
+                 level + 1)
+
+    walk(root, "", "", 0)
+    return rows
+
+
+def _fusion_note(n: Node, names, consumers) -> str:
+    users = consumers.get(id(n), [])
+    if not n.is_lazy or not users:
+        return ""
+    if len(users) > 1:
+        return f"read by {', '.join(names[id(u)] for u in users)}"
+    return f"fuses into {names[id(users[0])]}"
+
+
+def _groups_text(groups: list[list], names) -> list[str]:
+    if not groups:
+        return ["Fusion: no lazy chains here; every node above is its own kernel or a leaf"]
+    lines = ["Fusion (each group runs as one kernel)"]
+    for g in groups:
+        sink = g[-1]
+        when = "will run when it is realized" if sink.is_lazy else "already ran"
+        members = ", ".join(names[id(n)] for n in g)
+        lines.append(f"  {members}  -> one kernel producing {names[id(sink)]} ({when})")
+    return lines
