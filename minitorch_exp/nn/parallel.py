@@ -199,6 +199,11 @@ class _GradientSync:
         self.reduce([p for p, _ in pending])
         return Tensor(self.anchor_grad.storage, self.anchor_grad.layout)
 
+    def holds(self, value) -> bool:
+        """The sink protocol's other half (``Node.set_grad_sink``): ``value`` is the
+        sync leaf's gradient buffer."""
+        return getattr(value, "storage", None) is self.anchor_grad.storage
+
     def reduce(self, params) -> None:
         grads = [p.grad.value for p in params if p.grad is not None]
         if not grads:
