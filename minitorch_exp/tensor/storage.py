@@ -48,7 +48,8 @@ class Storage:
 
     def before_write(self) -> None:
         """Realize pending readers, then count the write."""
-        self._realize_readers()
+        if self.readers:  # tested here, not in the call: this runs before every kernel
+            self._realize_readers()
         self.version += 1
 
     def share(self) -> None:
