@@ -47,8 +47,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .node.node import Node
 from .tensor import capture
 from .tensor.creation import new_empty
+from .tensor.storage import Storage
+from .tensor.tensor import Tensor
 
 __all__ = [
     "DistributedError", "ReduceOp", "World", "abort", "all_gather", "all_reduce",
@@ -188,6 +191,17 @@ def comm():
     return _need_init()
 
 
+def mpi_module():
+    """The ``mpi4py.MPI`` module in use (after ``init``)."""
+    _need_init()
+    return _state.mpi
+
+
+def timeout() -> float | None:
+    """Seconds a collective may wait before it aborts the job (None: no limit)."""
+    return _state.timeout
+
+
 def get_rank() -> int:
     _need_init()
     return _state.rank
@@ -233,7 +247,23 @@ def all_reduce(tensor, op: str = ReduceOp.SUM):
     ``op``: ``"sum"``, ``"avg"`` (floating tensors), ``"prod"``, ``"max"``, ``"min"``.
     Every process passes a tensor of the same shape and dtype.
     """
-    _need_init()
+    comm = _state.comm
+    if comm is None:
+        _need_init()
+    if op == ReduceOp.SUM and _state.timeout is None:  # the common case, kept short
+        value = tensor.value if isinstance(tensor, Node) else tensor
+        array = _cpu_contiguous(value)
+        if array is not None:
+            mpi = _state.mpi
+            if value is array:  # a NumPy array: nothing to announce
+                comm.Allreduce(mpi.IN_PLACE, array, op=mpi.SUM)
+            elif capture.is_recording():
+                capture.host_op(lambda: comm.Allreduce(mpi.IN_PLACE, array, op=mpi.SUM),
+                                value.storage)
+            else:
+                value.storage.before_write()
+                comm.Allreduce(mpi.IN_PLACE, array, op=mpi.SUM)
+            return tensor
     op = _check_op(op)
     target = _Target(tensor)
     if target.size == 0:
@@ -402,23 +432,37 @@ def host_write(fn, storages) -> None:
     fn()
 
 
+def _cpu_contiguous(x):
+    """The NumPy array over a realized, contiguous CPU Tensor's memory, or a writable
+    contiguous NumPy array itself; else None (the general path: ``_Target``). Few
+    steps on purpose: after a large collective the caches are cold, and every
+    attribute the Python path touches then costs a miss."""
+    if type(x) is Tensor:
+        if x.device.type == "cpu" and type(x.storage) is Storage:
+            array = x.array
+            if array.flags.c_contiguous:
+                return array
+        return None
+    if type(x) is np.ndarray:
+        flags = x.flags
+        return x if flags.c_contiguous and flags.writeable else None
+    return None
+
+
 def _tensor_of(x):
     """The realized tensor-level Tensor of a Node or Tensor, else None."""
-    from .tensor.tensor import Tensor
     if isinstance(x, Tensor):
         return x
-    value = getattr(x, "value", None)  # a Node: its value, computed if lazy
-    return value if isinstance(value, Tensor) else None
+    if isinstance(x, Node):
+        return x.value  # computed if lazy
+    return None
 
 
 def _new_like(x, shape, source):
     tensor = _tensor_of(x)
     if tensor is not None:
         t = new_empty(shape, tensor.dtype, tensor.device)
-        if x is tensor:
-            return t
-        from .node.node import Node
-        return Node(t)
+        return t if x is tensor else Node(t)
     return source._xp.empty(shape, dtype=source.dtype)
 
 

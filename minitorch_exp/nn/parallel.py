@@ -274,6 +274,14 @@ class _Plan:
                 views.append((g.array, start, start + g.numel()))
                 start += g.numel()
             self.packs.append((staging, views))
+        self.fast = None  # what run needs for the common case, looked up once
+        mpi = dist.mpi_module()
+        if len(self.in_place) == 1 and not self.packs and isinstance(self.in_place[0],
+                                                                     np.ndarray) \
+                and dist.timeout() is None:
+            array = self.in_place[0]
+            self.fast = (dist.comm(), mpi.IN_PLACE, mpi.SUM, array,
+                         array.dtype.type(1.0 / dist.get_world_size()))
 
     def serves(self, grads) -> bool:
         """The same gradient memory as when this plan was made."""
@@ -282,6 +290,11 @@ class _Plan:
             for g, d, lay in zip(grads, self.datas, self.layouts))
 
     def run(self) -> None:
+        if self.fast is not None:  # one CPU buffer, no timeout: the shortest path
+            comm, in_place, op, array, scale = self.fast
+            comm.Allreduce(in_place, array, op=op)
+            np.multiply(array, scale, out=array)
+            return
         for array in self.in_place:
             dist.reduce_buffer(array, dist.ReduceOp.AVG)
         for staging, views in self.packs:
