@@ -1,30 +1,34 @@
 """Data parallel over MPI: training throughput with 1 and 2 processes, ours and PyTorch's,
 and all-reduce bandwidth against raw mpi4py.
 
-Three measurements, each over processes started with ``mpiexec`` (the mpich wheel's,
-next to this Python), one thread per process:
+Each measurement runs in one job of 2 processes started with ``mpiexec -bind-to core``
+(the mpich wheel's, next to this Python), one thread per process:
 
 * ``ddp_throughput``: the ``examples/mnist_mlp.py`` training step (784-256-10,
-  SGD momentum 0.9, ``mt.capture``, the loss and accuracy read every step) on
-  MNIST, 128 samples per process per step, drawn by ``nn.DistributedSampler``.
-  Rows: ours with 1 process (the plain model) and 2
-  (``nn.parallel.DistributedDataParallel``); PyTorch with 1 and 2 (its
+  SGD momentum 0.9, ``mt.capture``, the loss and accuracy read back every step)
+  on MNIST, 128 samples per process per step, each process's batches drawn by
+  ``nn.DistributedSampler``. Rows: ours with 1 process (the plain model) and
+  with 2 (``nn.parallel.DistributedDataParallel``); PyTorch with 1 and 2 (its
   ``DistributedDataParallel`` over gloo), from the same initial weights on the
-  same batches. The launches take turns, round after round, so a busy machine
-  slows every row alike; the time is the median round.
+  same batches; and, for each, 2 processes that train without averaging
+  anything: the speed two processes reach on this machine before any
+  communication. Every row is built once, then the rows take turns, a block of
+  steps each per round, so a busy machine slows them all alike (a 1-process
+  row runs on rank 0 while rank 1 sleeps).
 * ``ddp_bucketing``: ours with 2 processes, three ways to average the gradient:
   one ``Allreduce`` of the optimizer's flat gradient buffer at the end of backward
   (what ``DistributedDataParallel`` does), and non-blocking ``Iallreduce`` buckets
   started as soon as backward has finished their gradients (2 buckets, and one
   per tensor), waited for at the end of backward. The buckets are an experiment
-  made here (they wrap the optimizer's gradient slots); the library keeps what wins.
+  made here (they wrap the optimizer's gradient slots); the library keeps what
+  wins. Also where an eager step's time goes (``anatomy``).
 * ``ddp_allreduce``: seconds per in-place sum of 1e3 .. 1e7 float32 over 2
   processes: ``dist.all_reduce`` on a tensor against ``comm.Allreduce`` on a NumPy
-  array, taking turns within each round; the overhead is ours / raw - 1.
+  array, one call of each in turn after a barrier; the overhead is ours / raw - 1.
 
 Results: ``benchmarks/results/ddp_*.md`` / ``.csv`` and ``ddp_summary.md``.
 
-    python benchmarks/bench_ddp.py                    # all three (a few minutes)
+    python benchmarks/bench_ddp.py                    # all three (about a minute)
     python benchmarks/bench_ddp.py --only allreduce --rounds 9
     python benchmarks/bench_ddp.py --only throughput --steps 300 --no-torch
 """
@@ -76,7 +80,8 @@ def launch(n: int, *args: str) -> dict:
     """Run this script's worker under ``mpiexec -n n``; rank 0's JSON result."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_"))},
            **THREAD_ENV, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([mpiexec(), "-n", str(n), sys.executable, __file__, "--worker",
+    proc = subprocess.run([mpiexec(), "-bind-to", "core", "-n", str(n), sys.executable,
+                           __file__, "--worker",
                            *args], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=900, stdin=subprocess.DEVNULL)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -92,100 +97,131 @@ def load_text() -> str:
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+#: (row name, framework, processes, averaging) of the throughput rows, in the order run.
+CONFIGS = [
+    ("minitorch_exp 1 process", "ours", 1, "none"),
+    ("minitorch_exp 2 processes, no averaging (floor)", "ours", 2, "none"),
+    ("minitorch_exp 2 processes", "ours", 2, "ddp"),
+    ("pytorch 1 process", "torch", 1, "none"),
+    ("pytorch 2 processes, no averaging (floor)", "torch", 2, "none"),
+    ("pytorch 2 processes (DDP, gloo)", "torch", 2, "ddp"),
+    ("minitorch_exp 2 processes, 2 buckets overlapped", "ours", 2, "buckets2"),
+    ("minitorch_exp 2 processes, 1 bucket per tensor overlapped", "ours", 2, "buckets_per_tensor"),
+]
+
+
 def throughput(args, table, bucket_table, summary: list[str]) -> None:
-    from common import Table  # noqa: F401  (the tables come in made)
-
-    configs = [("ours", 1, "plain"), ("ours", 2, "ddp")]
-    if not args.no_torch:
-        configs += [("torch", 1, "plain"), ("torch", 2, "ddp")]
-    if not args.no_bucketing:
-        configs += [("ours", 2, "buckets2"), ("ours", 2, "buckets_per_tensor")]
-    times: dict = {c: [] for c in configs}
-    loads = [load_text()]
-    for r in range(args.rounds):
-        for framework, n, variant in configs:
-            result = launch(n, "train", "--framework", framework, "--variant", variant,
-                            "--steps", str(args.steps), "--port", str(free_port()))
-            times[(framework, n, variant)].append(result["step_s"])
-            print(f"round {r + 1}/{args.rounds} {framework} n={n} {variant}: "
-                  f"{result['step_s'] * 1e3:.2f} ms/step", flush=True)
-        loads.append(load_text())
-    median = {c: statistics.median(v) for c, v in times.items()}
-    names = {("ours", 1, "plain"): "minitorch_exp 1 process",
-             ("ours", 2, "ddp"): "minitorch_exp 2 processes",
-             ("torch", 1, "plain"): "pytorch 1 process",
-             ("torch", 2, "ddp"): "pytorch 2 processes (DDP, gloo)",
-             ("ours", 2, "buckets2"): "minitorch_exp 2 processes, 2 buckets overlapped",
-             ("ours", 2, "buckets_per_tensor"):
-                 "minitorch_exp 2 processes, 1 bucket per tensor overlapped"}
+    configs = [c for c in CONFIGS if not (args.no_torch and c[1] == "torch")
+               and not (args.no_bucketing and c[3].startswith("buckets"))]
+    before = load_text()
+    result = launch(2, "train", "--rounds", str(args.rounds), "--steps", str(args.steps),
+                    "--port", str(free_port()),
+                    *[arg for c in configs for arg in ("--config", c[0])])
+    after = load_text()
+    median = {name: statistics.median(times) for name, times in result["times"].items()}
+    best = {name: min(times) for name, times in result["times"].items()}
     size = f"784-256-10 b{PER_RANK_BATCH}/process"
-    for c in configs:
-        if c[2] in ("plain", "ddp"):
-            table.add(names[c], size, median[c])
-    for c in configs:
-        if c[0] == "ours" and c[1] == 2:
-            bucket_table.add(names[c], size, median[c])
+    for name, framework, n, averaging in configs:
+        if not averaging.startswith("buckets"):
+            table.add(name, size, median[name])
+        if framework == "ours" and n == 2 and averaging != "none":
+            bucket_table.add(name, size, median[name])
 
-    def samples_s(c):
-        return c[1] * PER_RANK_BATCH / median[c]
+    def rate(name, n, times=median):
+        return n * PER_RANK_BATCH / times[name]
+
+    def speedup(name, n, one):
+        """The median over rounds of each round's own speed-up: the rows of one round ran
+        seconds apart, so a round's ratio is little moved by the machine's other work."""
+        return statistics.median(n * t1 / t for t1, t in zip(result["times"][one],
+                                                              result["times"][name]))
 
     summary += ["## Training throughput", "",
-                f"Load average before and after each round: {' | '.join(loads)}", "",
-                f"Median of {args.rounds} rounds of {args.steps} timed steps (after 30 "
-                "warm-up steps) per launch; the launches take turns in each round.", "",
+                f"Load average before and after: {before} | {after} (the run's own 2 "
+                "processes count)", "",
+                f"One job of 2 processes runs every row in turn: {args.steps} steps of each, "
+                f"{args.rounds} rounds, after 30 warm-up steps each; a 1-process row runs on "
+                "rank 0 while rank 1 sleeps. Time/step is the median round (the best round "
+                "in brackets); the speed-up is the median of the rounds' own speed-ups. `no "
+                "averaging` is each process training on its own: the speed two processes "
+                "reach here before any communication, the ceiling of data parallelism on "
+                "this machine.", "",
                 "| run | time/step | samples/s | speed-up over 1 process |",
                 "| --- | ---: | ---: | ---: |"]
-    for c in configs:
-        if c[2] not in ("plain", "ddp"):
+    one = {"ours": "minitorch_exp 1 process", "torch": "pytorch 1 process"}
+    for name, framework, n, averaging in configs:
+        if averaging.startswith("buckets"):
             continue
-        one = (c[0], 1, "plain")
-        summary.append(f"| {names[c]} | {median[c] * 1e3:.2f} ms | {samples_s(c):,.0f} | "
-                       f"{samples_s(c) / samples_s(one):.2f}x |")
-    ours = samples_s(("ours", 2, "ddp")) / samples_s(("ours", 1, "plain"))
+        summary.append(f"| {name} | {median[name] * 1e3:.2f} ms ({best[name] * 1e3:.2f}) | "
+                       f"{rate(name, n):,.0f} | {speedup(name, n, one[framework]):.2f}x |")
+    ours = speedup("minitorch_exp 2 processes", 2, one["ours"])
+    floor = speedup("minitorch_exp 2 processes, no averaging (floor)", 2, one["ours"])
     summary += ["", f"- ours, 2 processes over 1: **{ours:.2f}x** (goal >= 1.6x: "
-                f"{'met' if ours >= 1.6 else 'NOT met'})"]
+                f"{'met' if ours >= 1.6 else 'NOT met'}; two processes without any "
+                f"communication reach {floor:.2f}x here)"]
     if not args.no_torch:
-        theirs = samples_s(("torch", 2, "ddp")) / samples_s(("torch", 1, "plain"))
+        theirs = speedup("pytorch 2 processes (DDP, gloo)", 2, one["torch"])
         summary.append(f"- PyTorch, 2 processes over 1: **{theirs:.2f}x** (goal: ours >= "
                        f"PyTorch's: {'met' if ours >= theirs else 'NOT met'})")
-        summary.append(f"- 2 processes, ours against PyTorch: {samples_s(('ours', 2, 'ddp')):,.0f}"
-                       f" vs {samples_s(('torch', 2, 'ddp')):,.0f} samples/s")
+        summary.append(f"- 2 processes, ours against PyTorch: "
+                       f"{rate('minitorch_exp 2 processes', 2):,.0f} vs "
+                       f"{rate('pytorch 2 processes (DDP, gloo)', 2):,.0f} samples/s")
     if not args.no_bucketing:
         summary += ["", "## Bucketing", "",
                     "| averaging | time/step | vs one Allreduce |", "| --- | ---: | ---: |"]
-        base = median[("ours", 2, "ddp")]
-        for c in configs:
-            if c[0] == "ours" and c[1] == 2:
-                summary.append(f"| {names[c]} | {median[c] * 1e3:.2f} ms | "
-                               f"{median[c] / base:.2f}x |")
+        base = median["minitorch_exp 2 processes"]
+        for name, framework, n, averaging in configs:
+            if framework == "ours" and n == 2 and averaging != "none":
+                summary.append(f"| {name} | {median[name] * 1e3:.2f} ms | "
+                               f"{median[name] / base:.2f}x |")
         anatomy = launch(2, "anatomy")
         summary += ["", "Where the step's time goes (2 processes, eager step, median of 50): "
                     f"forward {anatomy['forward'] * 1e3:.2f} ms, backward until the first "
                     f"gradient is final {anatomy['until_first'] * 1e3:.2f} ms, from there to "
                     f"the last {anatomy['leaves'] * 1e3:.2f} ms, the all-reduce "
                     f"{anatomy['reduce'] * 1e3:.2f} ms, the optimizer step "
-                    f"{anatomy['step'] * 1e3:.2f} ms. Backward finishes every gradient in its "
-                    "last stretch (leaves come last in its order), so a bucket started early "
-                    f"can hide at most {anatomy['leaves'] * 1e3:.2f} ms of communication."]
+                    f"{anatomy['step'] * 1e3:.2f} ms. Backward writes the gradients into the "
+                    "parameters last (leaves come last in its order), so a bucket started "
+                    f"early can overlap at most {anatomy['leaves'] * 1e3:.2f} ms of backward.",
+                    "", "In the captured step (300 steps), the averaging once both ranks are "
+                    f"there (one Allreduce of 814 KB and the 1/2 scale) takes "
+                    f"{anatomy['average'] * 1e6:.0f} us; before it, the rank that gets there "
+                    f"first waits for the other {anatomy['skew'] * 1e6:.0f} us (median; mean "
+                    f"{anatomy['skew_mean'] * 1e6:.0f} us): two processes never take exactly "
+                    "the same time for the same work, and a collective waits for the slower."]
 
 
 def allreduce(args, table, summary: list[str]) -> None:
     result = launch(2, "allreduce", "--rounds", str(args.rounds))
     summary += ["", "## All-reduce, 2 processes, float32 sum in place", "",
                 f"Load average after: {load_text()}", "",
-                "| elements | mpi4py Allreduce (NumPy) | dist.all_reduce (tensor) | "
-                "overhead | GB/s (ours) |", "| ---: | ---: | ---: | ---: | ---: |"]
+                "One call of each in turn (ABBA), a barrier before each; the "
+                "median call of the slower rank. The baseline is mpi4py's `Allreduce` on a "
+                "NumPy view of the tensor's own memory, so that the difference is what "
+                "`dist.all_reduce` adds; the last column is mpi4py on a NumPy array "
+                "allocated apart, which lands elsewhere in memory and alone moved the time "
+                "by up to 20% here.", "",
+                "| elements | mpi4py Allreduce (NumPy view) | dist.all_reduce (tensor) | "
+                "ratio of medians | overhead, paired | GB/s (ours) | "
+                "mpi4py, array of its own |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     worst = 0.0
     for n in SIZES:
-        raw, ours = result[str(n)]["raw"], result[str(n)]["ours"]
+        raw, ours, own, paired = (result[str(n)][k]
+                                  for k in ("raw", "ours", "raw_own", "paired"))
         table.add("mpi4py Allreduce", f"{n:.0e}", raw)
         table.add("dist.all_reduce", f"{n:.0e}", ours)
-        overhead = ours / raw - 1
+        table.add("mpi4py Allreduce, array of its own", f"{n:.0e}", own)
+        overhead = paired / raw
         if n >= 10**6:
             worst = max(worst, overhead)
         summary.append(f"| {n:.0e} | {raw * 1e6:,.1f} us | {ours * 1e6:,.1f} us | "
-                       f"{overhead:+.1%} | {4 * n / ours / 1e9:.2f} |")
-    summary += ["", f"- largest overhead at 1e6 and above: {worst:+.1%} (goal <= 5%: "
+                       f"{ours / raw:.2f}x | {overhead:+.1%} ({paired * 1e6:+.1f} us) | "
+                       f"{4 * n / ours / 1e9:.2f} | {own * 1e6:,.1f} us |")
+    summary += ["", "`overhead, paired`: the median of (ours - mpi4py) over pairs of calls made "
+                "one after the other, over mpi4py's median: what the wrapper adds, with the "
+                "slow drifts of a shared machine cancelled.", "",
+                f"- largest paired overhead at 1e6 and above: {worst:+.1%} (goal <= 5%: "
                 f"{'met' if worst <= 0.05 else 'NOT met'})"]
 
 
@@ -194,8 +230,8 @@ def main(argv=None) -> int:
     parser.add_argument("--worker", nargs=argparse.REMAINDER,
                         help="internal: run a worker (under mpiexec)")
     parser.add_argument("--only", choices=["throughput", "allreduce"])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=200, help="timed steps per launch")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=100, help="steps per row per round")
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--no-bucketing", action="store_true")
     args = parser.parse_args(argv)
@@ -232,8 +268,7 @@ def main(argv=None) -> int:
 def worker(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("kind", choices=["train", "allreduce", "anatomy"])
-    parser.add_argument("--framework", default="ours")
-    parser.add_argument("--variant", default="plain")
+    parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--port", type=int, default=29500)
@@ -246,10 +281,8 @@ def worker(argv: list[str]) -> int:
         result = allreduce_worker(args)
     elif args.kind == "anatomy":
         result = anatomy_worker()
-    elif args.framework == "ours":
-        result = ours_worker(args)
     else:
-        result = torch_worker(args)
+        result = train_worker(args)
     if dist.get_rank() == 0:
         print(json.dumps(result), flush=True)
     return 0
@@ -269,15 +302,16 @@ def mnist():
                 rng.integers(0, 10, 60000).astype(np.int64))
 
 
-def batches(x, y):
-    """This rank's batches, epoch after epoch, as the example's DataLoader makes them."""
+def batches(x, y, processes: int | None = None):
+    """This rank's batches, epoch after epoch, as the example's DataLoader makes them
+    (``processes``: shards of that many; default the job's)."""
     import minitorch_exp.distributed as dist
     from minitorch_exp import nn
     dataset = nn.TensorDataset(x, y)
-    sampler = nn.DistributedSampler(dataset, seed=0)
+    n = dist.get_world_size() if processes is None else processes
+    sampler = nn.DistributedSampler(dataset, n, dist.get_rank() if n > 1 else 0, seed=0)
     loader = nn.DataLoader(dataset, batch_size=PER_RANK_BATCH, sampler=sampler,
                            drop_last=True, seed=0)
-    assert sampler.num_replicas == dist.get_world_size()
     while True:
         yield from loader
 
@@ -285,34 +319,59 @@ def batches(x, y):
 WARMUP = 30
 
 
-def timed(step, source, steps: int) -> float:
-    """Seconds per step over ``steps`` steps, all ranks starting together."""
+def idle_barrier(comm) -> None:
+    """A barrier that sleeps while it waits (MPI's spins, taking a core)."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(2e-4)
+
+
+def train_worker(args) -> dict:
+    """Every config's step, built once, then run in turn: ``--steps`` steps of each per
+    round, so that whatever else the machine does slows them all alike."""
     import minitorch_exp.distributed as dist
-    for _ in range(WARMUP):
-        step(*next(source))
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step(*next(source))
-    dist.barrier()
-    return (time.perf_counter() - start) / steps
+    rank, comm = dist.get_rank(), dist.comm()
+    x, y = mnist()
+    wanted = [c for c in CONFIGS if c[0] in args.config]
+    steps = {}
+    for name, framework, n, averaging in wanted:  # build everything before capturing
+        make = ours_step if framework == "ours" else torch_step
+        steps[name] = (n, make(averaging, args.port), batches(x, y, n))
+    for n, step, source in steps.values():  # warm up (capture records here)
+        if rank < n:
+            for _ in range(WARMUP):
+                step(*next(source))
+        idle_barrier(comm)
+    times = {name: [] for name in steps}
+    for _ in range(args.rounds):
+        for name, (n, step, source) in steps.items():
+            idle_barrier(comm)
+            start = time.perf_counter()
+            if rank < n:
+                for _ in range(args.steps):
+                    step(*next(source))
+            if n > 1:
+                comm.Barrier()  # the slower rank's time counts
+            elapsed = (time.perf_counter() - start) / args.steps
+            times[name].append(elapsed)
+    for name, (_, step, _) in steps.items():
+        check = getattr(step, "in_sync", None)
+        if check is not None:
+            assert check(), name
+    return {"times": times}
 
 
-def ours_worker(args) -> dict:
+def ours_step(averaging: str, port: int):
     import mnist_mlp
 
     import minitorch_exp as mt
-    import minitorch_exp.distributed as dist
     from minitorch_exp import nn
-    x, y = mnist()
     mt.manual_seed(0)
     model = mnist_mlp.build_model([256])
-    trained = model
-    if args.variant != "plain":
-        trained = nn.parallel.DistributedDataParallel(model)
+    trained = model if averaging == "none" else nn.parallel.DistributedDataParallel(model)
     opt = nn.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    if args.variant.startswith("buckets"):
-        Buckets(trained, opt, per_tensor=args.variant == "buckets_per_tensor")
+    if averaging.startswith("buckets"):
+        Buckets(trained, opt, per_tensor=averaging == "buckets_per_tensor")
     train_step = mnist_mlp.make_train_step(trained, opt, captured=True)
 
     def step(xb, yb):  # as the example's train_epoch: the loss and accuracy read back
@@ -320,14 +379,15 @@ def ours_worker(args) -> dict:
         loss.item()
         correct.item()
 
-    result = {"step_s": timed(step, batches(x, y), args.steps)}
-    if args.variant != "plain":
-        assert trained.parameters_in_sync()
-    result["world"] = dist.get_world_size()
-    return result
+    if averaging != "none":
+        step.in_sync = trained.parameters_in_sync
+    return step
 
 
-def torch_worker(args) -> dict:
+_TORCH_GROUP = []
+
+
+def torch_step(averaging: str, port: int):
     import mnist_mlp
     import torch
     import torch.distributed as tdist
@@ -335,7 +395,6 @@ def torch_worker(args) -> dict:
     import minitorch_exp as mt
     import minitorch_exp.distributed as dist
     torch.set_num_threads(1)
-    x, y = mnist()
     mt.manual_seed(0)
     ours = mnist_mlp.build_model([256])  # the same initial weights as our rows
     model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
@@ -343,9 +402,11 @@ def torch_worker(args) -> dict:
     with torch.no_grad():
         for p, q in zip(model.parameters(), ours.parameters()):
             p.copy_(torch.from_numpy(q.numpy()))
-    if args.variant == "ddp":
-        tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}",
-                                 rank=dist.get_rank(), world_size=dist.get_world_size())
+    if averaging == "ddp":
+        if not _TORCH_GROUP:
+            tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                     rank=dist.get_rank(), world_size=dist.get_world_size())
+            _TORCH_GROUP.append(True)
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
@@ -359,10 +420,7 @@ def torch_worker(args) -> dict:
         loss.item()
         (logits.argmax(1) == yb).sum().item()
 
-    seconds = timed(step, batches(x, y), args.steps)
-    if args.variant == "ddp":
-        tdist.destroy_process_group()
-    return {"step_s": seconds}
+    return step
 
 
 class Buckets:
@@ -537,31 +595,77 @@ def anatomy_worker() -> dict:
             parts["leaves"].append(marks["sync"] - marks["first"])
             parts["reduce"].append(marks["reduced"] - marks["sync"])
             parts["step"].append(t3 - t2)
-    return {k: statistics.median(v) for k, v in parts.items()}
+    result = {k: statistics.median(v) for k, v in parts.items()}
+
+    # the captured step (as trained): when each rank reaches the averaging, and how long
+    # the average takes once both are there (perf_counter is one clock for the machine)
+    from minitorch_exp.nn import parallel
+    plain_run, stamps = parallel._Plan.run, []
+
+    def run(plan):
+        start = time.perf_counter()
+        plain_run(plan)
+        stamps.append((start, time.perf_counter()))
+
+    parallel._Plan.run = run
+    mt.manual_seed(0)
+    model = mnist_mlp.build_model([256])
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = nn.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    step = mnist_mlp.make_train_step(ddp, opt, captured=True)
+    for _ in range(330):
+        loss, correct = step(*next(source))
+        loss.item()
+        correct.item()
+    parallel._Plan.run = plain_run
+    import minitorch_exp.distributed as dist
+    both = dist.comm().allgather(stamps[30:])
+    skew = [abs(a[0] - b[0]) for a, b in zip(*both)]
+    average = [max(a[1], b[1]) - max(a[0], b[0]) for a, b in zip(*both)]
+    result["skew"] = statistics.median(skew)
+    result["skew_mean"] = statistics.fmean(skew)
+    result["average"] = statistics.median(average)
+    return result
 
 
 def allreduce_worker(args) -> dict:
+    """Each size: ``dist.all_reduce`` on a tensor and ``comm.Allreduce`` on a NumPy view of
+    the same memory, one call of each in turn; then ``comm.Allreduce`` on a NumPy array
+    of its own. The ranks are aligned by a barrier before each call."""
     import minitorch_exp as mt
     import minitorch_exp.distributed as dist
     comm, mpi = dist.comm(), dist._state.mpi
     result = {}
     for n in SIZES:
         node = mt.zeros(n)  # zeros stay zeros: every call does the same arithmetic
-        raw = np.zeros(n, np.float32)
+        view = node.numpy()  # a plain ndarray over the tensor's memory
+        own = np.zeros(n, np.float32)
         calls = {"ours": lambda node=node: dist.all_reduce(node),
-                 "raw": lambda raw=raw: comm.Allreduce(mpi.IN_PLACE, raw, op=mpi.SUM)}
-        reps = args.rounds * max(10, min(200, int(2e7 // n)))
+                 "raw": lambda view=view: comm.Allreduce(mpi.IN_PLACE, view, op=mpi.SUM),
+                 "raw_own": lambda own=own: comm.Allreduce(mpi.IN_PLACE, own, op=mpi.SUM)}
+        reps = args.rounds * max(20, min(200, int(2e7 // n)))
         times = {k: [] for k in calls}
         for fn in calls.values():
             fn()
-        for _ in range(reps):
-            for name, fn in calls.items():  # one call each in turn, the ranks aligned first
+        # ours and mpi4py on the same memory in turn, ABBA, so that each follows itself
+        # and the other equally often (what the last call left in the caches matters)
+        for rep in range(reps):
+            for name in (("ours", "raw") if rep % 2 == 0 else ("raw", "ours")):
                 comm.Barrier()
                 start = time.perf_counter()
-                fn()
+                calls[name]()
                 times[name].append(time.perf_counter() - start)
-        # every rank's median, the slowest rank's counts (a collective ends on all)
+        for _ in range(reps):
+            comm.Barrier()
+            start = time.perf_counter()
+            calls["raw_own"]()
+            times["raw_own"].append(time.perf_counter() - start)
+        # every rank's median; the slowest rank's counts (a collective ends on all). The
+        # paired difference of calls made one after the other cancels the drifts that
+        # move whole stretches of calls (the machine's other work, memory placement)
         medians = {k: statistics.median(v) for k, v in times.items()}
+        medians["paired"] = statistics.median(a - b for a, b in zip(times["ours"],
+                                                                    times["raw"]))
         gathered = comm.allgather(medians)
         result[str(n)] = {k: max(g[k] for g in gathered) for k in medians}
     return result
