@@ -172,6 +172,9 @@ def abort(code: int = 1) -> None:
     """End every process of the job now (``MPI_Abort``); without MPI, exit."""
     if _state.comm is None:
         raise SystemExit(code)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    time.sleep(0.3)  # the launcher forwards what was written before it ends the job
     _state.comm.Abort(code)
 
 

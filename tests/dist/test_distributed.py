@@ -53,14 +53,14 @@ def mpi_reason() -> str | None:
     mpiexec = find_mpiexec()
     if mpiexec is None:
         return "no mpiexec found (pip install mpich)"
-    code = "from mpi4py import MPI; print('rank', MPI.COMM_WORLD.Get_rank())"
+    code = "from mpi4py import MPI; print(f'<rank {MPI.COMM_WORLD.Get_rank()}>')"
     try:
         proc = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", code], env=ENV,
                               capture_output=True, text=True, timeout=120,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return f"{mpiexec} -n 2 did not finish in 120 s"
-    if proc.returncode != 0 or sorted(proc.stdout.split()) != ["0", "1", "rank", "rank"]:
+    if proc.returncode != 0 or sorted(re.findall(r"<rank (\d)>", proc.stdout)) != ["0", "1"]:
         return f"{mpiexec} -n 2 failed: {(proc.stderr or proc.stdout)[-300:]}"
     return None
 
