@@ -342,6 +342,26 @@ define_builtin("erf", 1, _erf, "erf({0})", "math.erf({0})", result="float",
                derivative=_d_erf)
 
 
+def _d_sin(g, out, a):
+    return (g * _e().cos(a),)
+
+
+def _d_cos(g, out, a):
+    return (-g * _e().sin(a),)
+
+
+def _d_tan(g, out, a):
+    return (g * (1 + out * out),)
+
+
+define_builtin("sin", 1, np.sin, "sin({0})", "math.sin({0})", result="float",
+               derivative=_d_sin)
+define_builtin("cos", 1, np.cos, "cos({0})", "math.cos({0})", result="float",
+               derivative=_d_cos)
+define_builtin("tan", 1, np.tan, "tan({0})", "math.tan({0})", result="float",
+               derivative=_d_tan)
+
+
 # ---- reductions ------------------------------------------------------------------
 
 @dataclass(frozen=True)
