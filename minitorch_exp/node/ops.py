@@ -31,6 +31,7 @@ from ..tensor.layout import (
 )
 from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
+from . import promotion
 from .function import Function
 from .node import Node, install_methods
 
@@ -69,11 +70,13 @@ class Elementwise(Function):
 
 
 def elementwise(op: str, *args) -> Node:
-    """Apply op ``op``; broadcast operands are expanded explicitly in the graph first."""
+    """Apply op ``op``; broadcast operands are expanded explicitly in the graph first, and
+    operands converted to the dtype PyTorch's promotion gives (node/promotion.py)."""
+    if promotion.needs_cast(args):
+        args = promotion.cast_operands(OPS[op], _constants(args), astype)
     if _same_shape_nodes_and_numbers(args):
         return Elementwise.apply(*args, op=op)
-    # a NumPy operand is copied: the lazy result must not see later writes into the array
-    args = tuple(Node(from_array(a.copy())) if isinstance(a, np.ndarray) else a for a in args)
+    args = _constants(args)
     shapes = [a.shape for a in args if isinstance(a, (Node, Exp))]
     try:
         shape = broadcast_shapes(*shapes)
@@ -83,6 +86,12 @@ def elementwise(op: str, *args) -> Node:
     args = tuple(expand(a, shape) if isinstance(a, Node) and a.shape != shape else a
                  for a in args)
     return Elementwise.apply(*args, op=op)
+
+
+def _constants(args) -> tuple:
+    """NumPy operands as constant Nodes, copied: a lazy result must not see later writes
+    into the array."""
+    return tuple(Node(from_array(a.copy())) if isinstance(a, np.ndarray) else a for a in args)
 
 
 def _same_shape_nodes_and_numbers(args) -> bool:
@@ -419,7 +428,7 @@ builtin_sum = __builtins__["sum"] if isinstance(__builtins__, dict) else __built
 
 
 def _common_dtype(values):
-    return np.result_type(*(v.dtype for v in values))
+    return promotion.result_dtype(values)
 
 
 def cat(nodes, axis: int = 0) -> Node:
