@@ -1,10 +1,13 @@
 """nn: modules, layers, losses, initialisation, optimizers and data loading."""
 
 from . import functional, init, optim, parallel
+from .conv import Conv1d, Conv2d
 from .data import DataLoader, Dataset, DistributedSampler, TensorDataset
 from .layers import (
     GELU,
     Dropout,
+    Dropout2d,
+    Embedding,
     Flatten,
     LayerNorm,
     LeakyReLU,
@@ -18,8 +21,12 @@ from .layers import (
 )
 from .losses import CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module, Parameter
+from .normalization import BatchNorm1d, BatchNorm2d
+from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 
 __all__ = [
+    "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d",
+    "Dropout2d", "Embedding", "MaxPool2d",
     "GELU", "CrossEntropyLoss", "DataLoader", "Dataset", "DistributedSampler", "Dropout",
     "Flatten", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "NLLLoss",
     "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "TensorDataset",

@@ -1,17 +1,24 @@
-"""Functional forms of activations and losses, composed from fused primitives."""
+"""Functional forms: activations, losses, dropout, embedding (composed from fused
+primitives), and the convolution, pooling and normalization functions of their modules."""
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 from ..node import ops
+from ..node.function import Function
 from ..node.node import Node
 from ..tensor import capture
 from ..tensor.creation import arange, rand
+from ..tensor.engine import realize
 from ..tensor.expr import where
 from ..tensor.tensor import from_array
+from .conv import conv1d, conv2d  # noqa: F401  (F.conv2d, as in PyTorch)
+from .normalization import batch_norm  # noqa: F401
+from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
 
 
 def relu(x: Node) -> Node:
@@ -40,18 +47,111 @@ def gelu(x: Node, approximate: str = "none") -> Node:
     return x * 0.5 * (ops.op("erf", x * (1.0 / math.sqrt(2.0))) + 1.0)
 
 
-softmax = ops.softmax
-log_softmax = ops.log_softmax
+def _softmax_dim(x: Node, dim, axis, name: str) -> int:
+    """``dim`` (PyTorch) or ``axis``; neither: PyTorch's old implicit choice, with its warning."""
+    if dim is not None and axis is not None:
+        raise TypeError(f"{name}: give dim or axis, not both")
+    dim = axis if dim is None else dim
+    if dim is None:
+        warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the "
+                      "call to include dim=X as an argument.", UserWarning, stacklevel=3)
+        dim = 0 if x.ndim in (0, 1, 3) else 1
+    return dim
 
 
-def dropout(x: Node, p: float = 0.5, training: bool = True, generator=None) -> Node:
-    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``."""
+def softmax(input: Node, dim: int | None = None, _stacklevel: int = 3, dtype=None,  # noqa: A002
+            *, axis: int | None = None) -> Node:
+    x = input if dtype is None else ops.astype(input, dtype)
+    return ops.softmax(x, _softmax_dim(x, dim, axis, "softmax"))
+
+
+def log_softmax(input: Node, dim: int | None = None, _stacklevel: int = 3,  # noqa: A002
+                dtype=None, *, axis: int | None = None) -> Node:
+    x = input if dtype is None else ops.astype(input, dtype)
+    return ops.log_softmax(x, _softmax_dim(x, dim, axis, "log_softmax"))
+
+
+def _check_p(p: float) -> None:
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+
+
+def _keep_mask(x: Node, shape, p: float, generator) -> Node:
+    """Ones with probability ``1-p`` (scaled by ``1/(1-p)``), zeros otherwise, of ``shape``."""
+    u = rand(shape, dtype=np.float64, device=x.device, generator=generator)
+    return (u >= p).astype(x.dtype) * (1.0 / (1.0 - p))
+
+
+def dropout(x: Node, p: float = 0.5, training: bool = True, inplace: bool = False,
+            generator=None) -> Node:
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``
+    (``inplace`` is accepted for PyTorch's signature; the result is always new)."""
+    _check_p(p)
     if not training or p == 0.0:
         return x
-    u = rand(x.shape, dtype=np.float64, device=x.device, generator=generator)
-    return x * ((u >= p).astype(x.dtype) * (1.0 / (1.0 - p)))
+    return x * _keep_mask(x, x.shape, p, generator)
+
+
+def dropout2d(x: Node, p: float = 0.5, training: bool = True, inplace: bool = False,
+              generator=None) -> Node:
+    """Zero whole channels: each (sample, channel) of (N, C, H, W) -- or (N, C, L) -- with
+    probability ``p``; the rest scaled by ``1/(1-p)``."""
+    _check_p(p)
+    if x.ndim not in (3, 4):
+        raise ValueError(f"dropout2d: expected input of shape (N, C, H, W) or (N, C, L), got "
+                         f"shape {x.shape}")
+    if not training or p == 0.0:
+        return x
+    mask = realize(_keep_mask(x, x.shape[:2] + (1,) * (x.ndim - 2), p, generator))
+    return x * Node(mask)
+
+
+def embedding_padding_idx(padding_idx: int | None, num_embeddings: int) -> int | None:
+    """``padding_idx`` checked against the table and made non-negative."""
+    if padding_idx is None:
+        return None
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise ValueError(f"padding_idx must be within [-{num_embeddings}, {num_embeddings}), "
+                         f"got {padding_idx}")
+    return padding_idx % num_embeddings
+
+
+class _MaskGrad(Function):
+    """Identity forward; backward passes the gradient only where ``keep`` is true."""
+
+    keyword_attributes = True
+    lazy = True
+
+    @staticmethod
+    def forward(ctx, x, *, keep):
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g * ctx.attrs["keep"],)
+
+
+def embedding(input, weight: Node, padding_idx: int | None = None,  # noqa: A002
+              max_norm=None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+              sparse: bool = False) -> Node:
+    """Rows of ``weight`` (num_embeddings, dim) picked by integer ``input`` of any shape;
+    the row ``padding_idx`` gets no gradient."""
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not "
+                                  "supported")
+    idx = input.numpy() if isinstance(input, Node) else np.asarray(input)
+    rows = weight.shape[0]
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got {idx.dtype}")
+    if idx.size and (idx.min() < 0 or idx.max() >= rows):
+        raise IndexError(f"embedding: indices must be in [0, {rows}), got range "
+                         f"[{idx.min()}, {idx.max()}]")
+    out = ops.getitem(weight, idx)
+    padding_idx = embedding_padding_idx(padding_idx, rows)
+    if padding_idx is None:
+        return out
+    keep = from_array((idx != padding_idx)[..., None].astype(weight.dtype)).to(weight.device)
+    return _MaskGrad.apply(out, keep=keep)
 
 
 def _targets(target, n_classes: int, device):
@@ -148,3 +248,4 @@ def layer_norm(x: Node, normalized_shape, weight=None, bias=None, eps: float = 1
     if bias is not None:
         y = y + bias
     return y
+

@@ -1,4 +1,4 @@
-"""Layers: Linear, activations, Dropout, Flatten, Sequential, LayerNorm."""
+"""Layers: Linear, activations, Dropout, Dropout2d, Embedding, Flatten, Sequential, LayerNorm."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ class LogSoftmax(Softmax):
 class Dropout(Module):
     """Active only in training mode (``model.train()``); identity after ``model.eval()``."""
 
-    def __init__(self, p: float = 0.5):
+    def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
         if not 0.0 <= p < 1.0:
             raise ValueError(f"dropout probability must be in [0, 1), got {p}")
@@ -108,6 +108,51 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class Dropout2d(Dropout):
+    """Zeroes whole channels: each (sample, channel) plane of (N, C, H, W), with probability p."""
+
+    def forward(self, x):
+        return F.dropout2d(x, self.p, self.training)
+
+
+class Embedding(Module):
+    """A lookup table: ``weight[indices]``, weight (num_embeddings, embedding_dim) ~ N(0, 1).
+
+    The row ``padding_idx`` starts at zero and receives no gradient, as in PyTorch.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 max_norm=None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                 sparse: bool = False, _weight=None, dtype=np.float32, generator=None):
+        super().__init__()
+        if max_norm is not None or scale_grad_by_freq or sparse:
+            raise NotImplementedError("Embedding: max_norm, scale_grad_by_freq and sparse are "
+                                      "not supported")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = F.embedding_padding_idx(padding_idx, num_embeddings)
+        if _weight is None:
+            self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=dtype))
+            init.normal_(self.weight, generator=generator)
+            if self.padding_idx is not None:
+                self.weight.value[self.padding_idx] = 0.0
+        else:
+            self.weight = Parameter(_weight)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx: int | None = None):
+        rows, dim = embeddings.shape
+        module = cls(rows, dim, padding_idx, _weight=embeddings.detach().numpy().copy())
+        module.weight.requires_grad = not freeze
+        return module
+
+    def forward(self, indices):
+        return F.embedding(indices, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        extra = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{extra}"
 
 
 class Flatten(Module):

@@ -147,6 +147,7 @@ class Module:
 
     def __init__(self):
         object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_buffers", {})  # name -> persistent (in state_dict)
 
     # Setting, replacing or deleting a Module, Parameter or tensor (or a container of
     # them) moves the structure version; a list or dict set empty or holding them is
@@ -198,6 +199,40 @@ class Module:
         for _, param in self.named_parameters():
             yield param
 
+    # ---- buffers: state that is not trained (BatchNorm's running statistics) ----
+    def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
+        """Keep ``tensor`` (a Node, Tensor, array or None) as attribute ``name``: moved by
+        ``to()`` and, when ``persistent``, saved and loaded with the state dict."""
+        if tensor is not None and not isinstance(tensor, Node):
+            tensor = Node(tensor if isinstance(tensor, Tensor) else from_array(np.asarray(tensor)))
+        setattr(self, name, tensor)
+        vars(self).setdefault("_buffers", {})[name] = persistent
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Node]]:
+        for mod_name, module in self.named_modules(prefix):
+            for name, _ in vars(module).get("_buffers", {}).items():
+                value = getattr(module, name, None)
+                if value is not None:
+                    yield (f"{mod_name}.{name}" if mod_name else name), value
+
+    def buffers(self) -> Iterator[Node]:
+        for _, buffer in self.named_buffers():
+            yield buffer
+
+    def _state_items(self) -> Iterator[tuple[str, Node]]:
+        """Parameters and persistent buffers, module by module, as PyTorch orders them."""
+        params = dict(self.named_parameters())
+        for mod_name, module in self.named_modules():
+            prefix = f"{mod_name}." if mod_name else ""
+            for name, value in vars(module).items():
+                for pname, param in _members(value, name, Parameter):
+                    if params.pop(prefix + pname, None) is not None:
+                        yield prefix + pname, param
+            for name, persistent in vars(module).get("_buffers", {}).items():
+                value = getattr(module, name, None)
+                if persistent and value is not None:
+                    yield prefix + name, value
+
     # ---- modes and gradients --------------------------------------------------
     def train(self, mode: bool = True) -> Module:
         for module in self.modules():
@@ -213,12 +248,12 @@ class Module:
 
     # ---- state ------------------------------------------------------------------
     def state_dict(self) -> OrderedDict:
-        """Parameter name -> detached Node sharing the parameter's data."""
-        return OrderedDict((name, p.detach()) for name, p in self.named_parameters())
+        """Parameter and persistent buffer name -> detached Node sharing its data."""
+        return OrderedDict((name, p.detach()) for name, p in self._state_items())
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
-        """Copy values into the parameters in place (so optimizers keep working)."""
-        params = dict(self.named_parameters())
+        """Copy values into the parameters and buffers in place (so optimizers keep working)."""
+        params = dict(self._state_items())
         missing = sorted(set(params) - set(state))
         unexpected = sorted(set(state) - set(params))
         if strict and (missing or unexpected):
@@ -242,6 +277,8 @@ class Module:
             p.set_value(p.value.to(device), move=True)
             if p.grad is not None:
                 p.grad = p.grad.to(device)
+        for b in self.buffers():
+            b.set_value(b.value.to(device), move=True)
         return self
 
     # ---- display ----------------------------------------------------------------

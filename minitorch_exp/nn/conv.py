@@ -1,0 +1,272 @@
+"""Convolutions: im2col as a strided view, the product through BLAS, col2im back.
+
+Forward, for input ``x`` (N, C, H, W) and weight ``w`` (O, C/groups, KH, KW)::
+
+    cols = im2col(pad(x))                  # (C*KH*KW, N*OH*OW): the one copy of x
+    out  = w.reshape(O, -1) @ cols         # one GEMM (one per group), BLAS
+    y    = out.view(O, N, OH, OW).permute(1, 0, 2, 3) + bias   # a view, and a lazy add
+
+Backward, for the output gradient ``g`` seen as ``G`` (O, N*OH*OW)::
+
+    dw = G @ cols.T                         # BLAS
+    db = G.sum(1)
+    dx = col2im(w.reshape(O, -1).T @ G)     # BLAS, then one strided += per kernel offset
+
+How the windows are views, and why padding is a copy: ``nn/im2col.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..node import ops
+from ..node.function import Function
+from ..node.node import Node
+from ..tensor.engine import realize
+from ..tensor.expr import Dot
+from . import im2col, init
+from .module import Module, Parameter
+
+
+class Conv2dFunction(Function):
+    """``conv2d`` as one node: forward and backward as in the module docstring."""
+
+    keyword_attributes = True
+    lazy = True  # the bias add stays lazy and fuses with what follows (a ReLU)
+
+    @staticmethod
+    def forward(ctx, x, weight, bias=None, *, window: im2col.Window, groups: int):
+        padded = im2col.pad(x, window)
+        cols = im2col.im2col(padded, window)
+        w = realize(weight)
+        out = realize(Dot(_grouped(w, groups), _grouped(cols, groups)))
+        ctx.attrs["shapes"] = (x.shape, padded.shape)
+        ctx.save_for_backward(cols, w)
+        o = w.shape[0]
+        y = out.view(o, x.shape[0], *window.out).permute(1, 0, 2, 3)
+        return y if bias is None else y + bias.reshape(1, o, 1, 1)
+
+    @staticmethod
+    def backward(ctx, g):
+        cols, w = ctx.saved_tensors
+        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
+        x_shape, padded_shape = ctx.attrs["shapes"]
+        needs = ctx.needs_input_grad
+        # G (groups, O/groups, N*OH*OW): the gradient with channels first, copied once
+        gt = _grouped(im2col.contiguous(g.permute(1, 0, 2, 3)), groups)
+        gx = gw = gb = None
+        if needs[0]:
+            gcols = Dot(_grouped(w, groups).transpose(-1, -2), gt)
+            padded = im2col.col2im(gcols, window, padded_shape)
+            gx = im2col.crop(padded, window, x_shape)
+        if needs[1]:
+            gw = realize(Dot(gt, _grouped(cols, groups).transpose(-1, -2))).view(w.shape)
+        if len(needs) == 2:
+            return gx, gw
+        if needs[2]:
+            gb = gt.view(w.shape[0], -1).sum(1)
+        return gx, gw, gb
+
+
+def _grouped(t, groups: int):
+    """A weight (O, ...) or column matrix (C*KH*KW, cols) as (groups, rows/groups, -1)."""
+    return t.reshape(groups, t.shape[0] // groups, -1)
+
+
+# ---- checks and argument forms ----------------------------------------------------------
+
+def _same_pads(kernel, stride, dilation) -> tuple[int, int, int, int]:
+    """PyTorch's ``padding='same'``: total ``dilation*(kernel-1)``, the odd one on the far side."""
+    if stride != (1, 1):
+        raise ValueError(f"padding='same' is not supported for strided convolutions "
+                         f"(stride={stride}); give the padding as numbers")
+    pads = []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        pads += [total // 2, total - total // 2]
+    return tuple(pads)
+
+
+def conv_pads(padding, kernel, stride, dilation) -> tuple[int, int, int, int]:
+    """``(top, bottom, left, right)`` from an int, a pair, ``'valid'`` or ``'same'``."""
+    if padding == "valid":
+        return (0, 0, 0, 0)
+    if padding == "same":
+        return _same_pads(kernel, stride, dilation)
+    if isinstance(padding, str):
+        raise ValueError(f"padding must be 'valid', 'same', an int or a pair, got {padding!r}")
+    ph, pw = im2col.pair(padding, "padding")
+    if ph < 0 or pw < 0:
+        raise ValueError(f"padding must be non-negative, got {padding!r}")
+    return (ph, ph, pw, pw)
+
+
+def _positive(value, name: str):
+    pair = im2col.pair(value, name)
+    if min(pair) < 1:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return pair
+
+
+def _check_conv(name: str, x: Node, weight: Node, bias, groups: int) -> None:
+    """Shapes and dtypes of a 2-D convolution's operands, each named in the error."""
+    if x.ndim not in (3, 4):
+        raise ValueError(f"{name}: expected input of shape (N, C, H, W) or (C, H, W), "
+                         f"got shape {x.shape}")
+    if weight.ndim != 4:
+        raise ValueError(f"{name}: expected weight of shape (out_channels, in_channels/groups, "
+                         f"kH, kW), got shape {weight.shape}")
+    if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups:
+        raise ValueError(f"{name}: groups={groups} must be a positive divisor of the "
+                         f"{weight.shape[0]} output channels")
+    channels = x.shape[-3]
+    if channels != weight.shape[1] * groups:
+        raise ValueError(f"{name}: expected input with {weight.shape[1] * groups} channels "
+                         f"(weight of shape {weight.shape}, groups={groups}), got input of "
+                         f"shape {x.shape} with {channels}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"{name}: expected bias of shape ({weight.shape[0]},), got "
+                         f"{tuple(bias.shape)}")
+    for other, what in ((weight, "weight"), (bias, "bias")):
+        if other is not None and other.dtype != x.dtype:
+            raise TypeError(f"{name}: input is {x.dtype.name} but {what} is "
+                            f"{other.dtype.name}; convert one so that both match")
+
+
+def _check_window(name: str, x_shape, window: im2col.Window) -> None:
+    if min(window.out) < 1:
+        padded = window.padded(x_shape)[-2:]
+        extent = tuple(d * (k - 1) + 1 for k, d in zip(window.kernel, window.dilation))
+        raise ValueError(f"{name}: input of shape {x_shape}, padded to {padded}, is smaller "
+                         f"than the kernel's extent {extent} (kernel {window.kernel}, "
+                         f"dilation {window.dilation})")
+
+
+# ---- functional forms -----------------------------------------------------------------
+
+def conv2d(input: Node, weight: Node, bias: Node | None = None, stride=1, padding=0,  # noqa: A002
+           dilation=1, groups: int = 1) -> Node:
+    """2-D cross-correlation, PyTorch's ``F.conv2d``: input (N, C, H, W) or (C, H, W),
+    weight (O, C/groups, kH, kW); ``padding`` an int, a pair, ``'valid'`` or ``'same'``."""
+    x, weight = ops.as_node(input), ops.as_node(weight)
+    _check_conv("conv2d", x, weight, bias, groups)
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = ops.unsqueeze(x, 0)
+    stride, dilation = _positive(stride, "stride"), _positive(dilation, "dilation")
+    kernel = weight.shape[2:]
+    pads = conv_pads(padding, kernel, stride, dilation)
+    window = im2col.conv_window(x.shape[2:], kernel, stride, dilation, pads)
+    _check_window("conv2d", x.shape, window)
+    args = (x, weight) if bias is None else (x, weight, bias)
+    out = Conv2dFunction.apply(*args, window=window, groups=groups)
+    return ops.squeeze(out, 0) if unbatched else out
+
+
+def conv1d(input: Node, weight: Node, bias: Node | None = None, stride=1, padding=0,  # noqa: A002
+           dilation=1, groups: int = 1) -> Node:
+    """1-D cross-correlation, PyTorch's ``F.conv1d``: input (N, C, L) or (C, L), weight
+    (O, C/groups, k). A 2-D convolution over a height of one."""
+    x, weight = ops.as_node(input), ops.as_node(weight)
+    if x.ndim not in (2, 3) or weight.ndim != 3:
+        raise ValueError(f"conv1d: expected input (N, C, L) or (C, L) and weight "
+                         f"(out_channels, in_channels/groups, k), got shapes {x.shape} and "
+                         f"{weight.shape}")
+    if not isinstance(padding, str):
+        padding = (0, _single(padding, "padding"))
+    out = conv2d(ops.unsqueeze(x, -2), ops.unsqueeze(weight, 2), bias,
+                 (1, _single(stride, "stride")), padding, (1, _single(dilation, "dilation")),
+                 groups)
+    return ops.squeeze(out, -2)
+
+
+def _single(value, name: str) -> int:
+    if isinstance(value, int):
+        return value
+    items = tuple(value)
+    if len(items) != 1 or not isinstance(items[0], int):
+        raise ValueError(f"{name} must be an int or a 1-tuple of ints, got {value!r}")
+    return items[0]
+
+
+# ---- modules --------------------------------------------------------------------------
+
+class _ConvNd(Module):
+    """Weight (out, in/groups, *kernel) and bias, with PyTorch's default initialisation:
+    ``kaiming_uniform_(a=sqrt(5))`` for the weight, uniform(+-1/sqrt(fan_in)) for the bias."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: tuple, stride,
+                 padding, dilation, groups: int, bias: bool, padding_mode: str,
+                 dtype, generator):
+        super().__init__()
+        for what, n in (("in_channels", in_channels), ("out_channels", out_channels)):
+            if groups < 1 or n % groups:
+                raise ValueError(f"{what}={n} must be divisible by groups={groups}")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"padding_mode={padding_mode!r}: only 'zeros' is "
+                                      "supported")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.groups, self.padding_mode = dilation, groups, padding_mode
+        shape = (out_channels, in_channels // groups, *kernel_size)
+        self.weight = Parameter(np.empty(shape, dtype=dtype))
+        self.bias = Parameter(np.empty(out_channels, dtype=dtype)) if bias else None
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator=None) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
+        if self.bias is not None:
+            fan_in = math.prod(self.weight.shape[1:])
+            bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+            init.uniform_(self.bias, -bound, bound, generator=generator)
+
+    def extra_repr(self) -> str:
+        text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}")
+        if self.padding not in (0, (0,), (0, 0), "valid"):
+            text += f", padding={self.padding!r}"
+        if self.dilation not in ((1,), (1, 1)):
+            text += f", dilation={self.dilation}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        return text + ("" if self.bias is not None else ", bias=False")
+
+
+def _padding_arg(padding, n: int):
+    return padding if isinstance(padding, str) else (
+        (padding,) * n if isinstance(padding, int) else tuple(padding))
+
+
+class Conv2d(_ConvNd):
+    """``nn.Conv2d``: input (N, C_in, H, W) -> (N, C_out, H_out, W_out)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 dtype=np.float32, generator=None):
+        super().__init__(in_channels, out_channels, im2col.pair(kernel_size, "kernel_size"),
+                         im2col.pair(stride, "stride"), _padding_arg(padding, 2),
+                         im2col.pair(dilation, "dilation"), groups, bias, padding_mode,
+                         dtype, generator)
+
+    def forward(self, x):
+        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                      self.groups)
+
+
+class Conv1d(_ConvNd):
+    """``nn.Conv1d``: input (N, C_in, L) -> (N, C_out, L_out)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 dtype=np.float32, generator=None):
+        super().__init__(in_channels, out_channels, (_single(kernel_size, "kernel_size"),),
+                         (_single(stride, "stride"),), _padding_arg(padding, 1),
+                         (_single(dilation, "dilation"),), groups, bias, padding_mode,
+                         dtype, generator)
+
+    def forward(self, x):
+        padding = self.padding if isinstance(self.padding, str) else self.padding[0]
+        return conv1d(x, self.weight, self.bias, self.stride[0], padding, self.dilation[0],
+                      self.groups)
