@@ -85,8 +85,8 @@ def _cpu_backend(name: str):
 
 
 def device_backend(device) -> Backend:
-    """The evaluator of ``device`` itself (what launches are made from: they are kept
-    across captures, so never a recording wrapper)."""
+    """The evaluator of ``device``: the engine calls it through ``Backend``'s methods
+    and nothing else (a capture records what they return, ``engine._record``)."""
     if device.type == "cpu":
         backend = _CPU_BACKENDS.get(_state["cpu"])
         if backend is not None:
@@ -98,12 +98,6 @@ def device_backend(device) -> Backend:
             return _cpu_backend("numpy")
     from .cuda import cuda_backend
     return cuda_backend()
-
-
-def launch_for(backend: Backend, plan, dst, leaves, saver: str):
-    """``backend.launch(...)``: what runs ``plan`` into ``dst`` for this combination of
-    layouts (``backend_contract.KernelLaunch``). Kept for callers of the old name."""
-    return backend.launch(plan, dst, leaves, saver)
 
 
 def generation() -> int:
@@ -134,42 +128,3 @@ def using_cpu_backend(name: str):
     finally:
         set_cpu_backend(old)
 
-
-# ---- transition: the engine's current call style -----------------------------
-# Until the engine lowers a reduction's input itself (``Backend.reduce`` takes it)
-# and records the calls of a capture itself, it reaches backends through
-# ``backend_for``. These imports are the last ones of the planner and of capture
-# in a backend module; they go with this section.
-
-def backend_for(device):
-    """TRANSITION. The backend of ``device`` as the engine calls it today: reductions
-    without their lowered input (planned here), recording its kernels during a capture."""
-    from . import capture
-    inner = device_backend(device)
-    backend = _ENGINE_FACING.get(inner.name)
-    if backend is None or backend.inner is not inner:
-        backend = _ENGINE_FACING[inner.name] = _Lowering(inner)
-    rec = capture.active()
-    return backend if rec is None else capture.RecordingBackend(backend, rec)
-
-
-class _Lowering:
-    """TRANSITION. ``Backend`` with ``reduce(dst, e, saver)``: lowers ``e.x`` first."""
-
-    __slots__ = ("inner", "name")
-
-    def __init__(self, inner: Backend):
-        self.inner, self.name = inner, inner.name
-
-    def elementwise(self, plan, dst, leaves, scalars, saver: str):
-        return self.inner.elementwise(plan, dst, leaves, scalars, saver)
-
-    def dot(self, dst, a, b, saver: str):
-        return self.inner.dot(dst, a, b, saver)
-
-    def reduce(self, dst, e, saver: str):
-        from .plan import make_plan
-        return self.inner.reduce(dst, e, saver, make_plan(e.x, e.x.ndim))
-
-
-_ENGINE_FACING: dict[str, _Lowering] = {}  # backend name -> its adapter

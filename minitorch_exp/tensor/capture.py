@@ -32,7 +32,6 @@ import contextlib
 import threading
 
 from .counters import count
-from .expr import COMPLEX, RVALUE, Reduce, Scalar
 
 
 class CaptureError(RuntimeError):
@@ -103,8 +102,8 @@ _current = _Current()
 
 
 def active() -> Recording | None:
-    """The recording in progress in the calling thread, or None. The engine, the
-    backends and the tensor factories ask it before each kernel they launch."""
+    """The recording in progress in the calling thread, or None. The engine and the
+    tensor factories ask it before each kernel they launch."""
     return _current.rec
 
 
@@ -154,53 +153,3 @@ def host_read_error(what: str) -> CaptureError:
         "replay repeats only kernels, so anything decided from those values would be "
         "frozen. Read values outside the captured function (from what it returns)")
 
-
-class RecordingBackend:
-    """A device backend that also appends each kernel it runs to a Recording."""
-
-    def __init__(self, inner, rec: Recording):
-        self.inner, self.rec = inner, rec
-        self.name = inner.name
-
-    def elementwise(self, plan, dst, leaves, scalars, saver: str):
-        call = self.inner.elementwise(plan, dst, leaves, scalars, saver)
-        self._add(call, "fused", self.inner.elementwise, (plan, dst, leaves, scalars, saver),
-                  dst)
-        return call
-
-    def dot(self, dst, a, b, saver: str):
-        call = self.inner.dot(dst, a, b, saver)
-        self._add(call, "blas", self.inner.dot, (dst, a, b, saver), dst)
-        return call
-
-    def reduce(self, dst, e, saver: str):
-        call = self.inner.reduce(dst, e, saver)
-        self._add(call, "reduce", self.inner.reduce, (dst, frozen(e), saver), dst)
-        return call
-
-    def _add(self, call, kind: str, method, method_args, dst) -> None:
-        """Record the ready ``call`` the backend returned, else the method call itself
-        (which runs its checks and counts its kernel again on each replay)."""
-        if call is None:
-            self.rec.add(method, method_args, dst.storage)
-        else:
-            self.rec.add(*call, dst.storage, tally=(dst.device.type, kind))
-
-
-def frozen(e, root: bool = True):
-    """``e`` as it reads now, for a call replayed by re-planning it.
-
-    Nodes already computed become their tensors; the others are copied (through
-    the ``children``/``rebuild`` contract), so a result remembered on them later
-    in the step (``realized``) cannot change what the replay reads: at this
-    point of the replay it would still hold the previous call's numbers. The
-    root reduction is the engine's own: always copied.
-    """
-    if e.kind == RVALUE or type(e) is Scalar:
-        return e
-    root_reduce = root and type(e) is Reduce
-    if e.realized is not None and not root_reduce:
-        return e.realized
-    if e.kind == COMPLEX and not root_reduce:
-        raise TypeError(f"cannot record a reduction over a {type(e).__name__}")
-    return e.rebuild(tuple([frozen(c, False) for c in e.children()]))

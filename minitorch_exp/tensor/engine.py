@@ -10,7 +10,11 @@ This is where laziness ends. The engine
 3. dispatches by the kind of what is left at the root: elementwise -> one fused
    pass; ``Dot`` -> BLAS; ``Reduce`` -> one pass over its fused input.
 
-Which code runs that pass depends on the device's backend (``backends.py``).
+Which code runs that pass depends on the device's backend (``backends.py``),
+which the engine calls only through the methods of the written contract,
+``backend_contract.Backend``. Each method returns the call that repeats its
+kernel (or None); while a capture records, ``_record`` keeps that call -- the
+one place the engine and capture meet.
 
 Two memos make repeated statements cheap. An expression assigned again into
 the same place replays its bound call (``e.prepared``). A statement built
@@ -27,8 +31,8 @@ import numpy as np
 from . import capture, counters, creation
 from . import expr as _expr
 from . import layout as L
-from .backends import backend_for, device_backend, launch_for
-from .caches import invalidate, memo_table
+from .backends import device_backend
+from .caches import memo_table
 from .expr import (
     COMPLEX,
     MAPPER,
@@ -73,7 +77,7 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         counters.count(dst.device.type, "fused")
         fn(*args)
         if capture.active() is not None:
-            capture.active().add(fn, args, dst.storage, tally=(dst.device.type, "fused"))
+            _record((fn, args), None, (), [dst], "fused")
         return
     maybe_elementwise = e.kind != COMPLEX
     if maybe_elementwise and type(e) is not Scalar and type(dst) is Tensor \
@@ -118,31 +122,31 @@ def _run_statement(dst, e: Exp, saver: str, prepare: bool) -> None:
     launch = _STATEMENT_LAUNCHES.get(key)
     if launch is None:
         _check(dst, e, saver)
-        launch = _STATEMENT_LAUNCHES.keep(key, launch_for(
-            device_backend(dst.device), statement_plan(key), dst, leaves, saver))
+        launch = _STATEMENT_LAUNCHES.keep(key, device_backend(dst.device).launch(
+            statement_plan(key), dst, leaves, saver))
     dst.storage.before_write()
     operands = [dst, *leaves]
     call = launch.run(operands, scalars)
     if capture.active() is not None:
-        _record(call, launch, operands, scalars, [dst])
+        _record(call, launch.run, (operands, scalars), [dst], "fused")
     if prepare and call is not None and e.kind == MAPPER:
         e.prepared = (dst, saver, _expr.EPOCH, *call)
 
 
-def _record(call, launch, operands, scalars, dsts) -> None:
-    """Add a launch's run to the capture: its ready call, or the run itself when it has
-    none (a private copy, an evaluator that plans each time; the run counts itself)."""
+def _record(call, again, args: tuple, dsts, kind: str) -> None:
+    """Add a kernel that just ran to the capture in progress, as the one writing ``dsts``.
+
+    ``call``: what the backend returned, ``(function, args)`` repeating the kernel
+    exactly, recorded with a tally of ``kind`` for the kernel counter; None: the
+    backend could not bind one (a private copy, an evaluator that plans each
+    time), so ``again(*args)`` -- the backend method or launch that ran -- is
+    recorded instead, and counts its kernel itself on each replay.
+    """
     storages = [d.storage for d in dsts]
     if call is None:
-        capture.active().add(launch.run, (operands, scalars), *storages)
+        capture.active().add(again, args, *storages)
     else:
-        capture.active().add(*call, *storages, tally=(dsts[0].device.type, "fused"))
-
-
-def forget_launches() -> None:
-    """Drop every kept launch and prepared assignment: what decided their kernel calls
-    changed. The cache owner does it (``caches.invalidate``); this name stays for callers."""
-    invalidate("forget_launches")
+        capture.active().add(*call, *storages, tally=(dsts[0].device.type, kind))
 
 
 def assign_all(statements) -> None:
@@ -215,17 +219,15 @@ def _run_group(items) -> bool:
     else:
         call = launch.run(operands, scalars)
     if capture.active() is not None:
-        _record(call, launch, operands, scalars, dsts)
+        _record(call, launch.run, (operands, scalars), dsts, "fused")
     return True
 
 
 def _new_group_launch(items, dsts, keys, leaves):
     if any(d.shape != dsts[0].shape or d.device != dsts[0].device for d in dsts):
         return None
-    make = getattr(device_backend(dsts[0].device), "group_launch", None)
-    if make is None:  # an evaluator without grouped kernels
-        return None
-    return make(dsts, [statement_plan(k) for k in keys], leaves, [s for _, _, s in items])
+    return device_backend(dsts[0].device).group_launch(
+        dsts, [statement_plan(k) for k in keys], leaves, [s for _, _, s in items])
 
 
 def _check(dst, e: Exp, saver: str) -> None:
@@ -242,18 +244,21 @@ def _fast_checks_pass(dst, e: Exp, saver: str) -> bool:
 
 def _dispatch(dst, e: Exp, saver: str, planned=None, prepare: bool = False) -> None:
     """Run the one kernel that writes ``e`` (its boundaries resolved) into ``dst``."""
-    backend = backend_for(dst.device)
+    backend = device_backend(dst.device)
     if e.kind != COMPLEX:
         plan, leaves, scalars = planned or make_plan(e, dst.ndim)
-        call = backend.elementwise(plan, dst, leaves, scalars, saver)
-        if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
-            e.prepared = (dst, saver, _expr.EPOCH, *call)
+        args, method, kind = (plan, dst, leaves, scalars, saver), backend.elementwise, "fused"
     elif type(e) is Dot:
-        backend.dot(dst, e.a, e.b, saver)
-    elif type(e) is Reduce:
-        backend.reduce(dst, e, saver)
+        args, method, kind = (dst, e.a, e.b, saver), backend.dot, "blas"
+    elif type(e) is Reduce:  # the backend reads the input's values from its Plan alone
+        args, method, kind = (dst, e, saver, make_plan(e.x, e.x.ndim)), backend.reduce, "reduce"
     else:  # pragma: no cover - resolve_boundaries leaves no other complex root
         raise TypeError(f"cannot evaluate {type(e).__name__}")
+    call = method(*args)
+    if capture.active() is not None:
+        _record(call, method, args, [dst], kind)
+    if prepare and call is not None and e.kind == MAPPER and type(e) is not Scalar:
+        e.prepared = (dst, saver, _expr.EPOCH, *call)
 
 
 def evaluate(e: Exp):
@@ -289,7 +294,11 @@ def evaluate_copy(t):
     """A contiguous copy of the tensor ``t`` (one elementwise pass)."""
     dst = creation.new_empty(t.shape, t.dtype, t.device)
     plan, leaves, scalars = make_plan(t, dst.ndim)
-    backend_for(t.device).elementwise(plan, dst, leaves, scalars, "=")
+    backend = device_backend(t.device)
+    args = (plan, dst, leaves, scalars, "=")
+    call = backend.elementwise(*args)
+    if capture.active() is not None:
+        _record(call, backend.elementwise, args, [dst], "fused")
     return dst
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from . import counters
 from . import layout as L
-from .backends import backend_for, cpu_backend
+from .backends import cpu_backend, device_backend
 from .device import as_device
 from .expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, as_exp, describe
 from .kernels import (
@@ -534,7 +534,7 @@ def debug_group(run, items) -> None:
     names = Names(caller_names())
     parts = "; ".join(f"{names(d)} {saver} {_short(formula(e, names), 40)}"
                       for d, e, saver in items)
-    line = (f"[mt #{number}] fused  {dst.device}/{backend_for(dst.device).name:<5} "
+    line = (f"[mt #{number}] fused  {dst.device}/{device_backend(dst.device).name:<5} "
             f"{len(items)} statements over {shape_str(dst)}  {parts}")
     if counters.DEBUG >= 2:
         line += f"  | {(time.perf_counter() - start) * 1e3:.3f} ms"
@@ -557,7 +557,7 @@ def debug_text(level: int, number: int, dst, e: Exp, saver: str, seconds: float)
     names.known.setdefault(id(dst), "out")
     s = split_named(e, names, dst.shape)
     k = s.kernels[-1]
-    backend = backend_for(dst.device).name
+    backend = device_backend(dst.device).name
     line = (f"[mt #{number}] {k.kind:<6} {dst.device}/{backend:<5} {names(dst)} {saver} "
             f"{shape_str(dst)}  {_short(formula(e, names), 60)}")
     if level >= 2:
