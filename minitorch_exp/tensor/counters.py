@@ -4,8 +4,9 @@ Every pass the engine runs is counted per device and kind -- ``fused`` (one
 elementwise pass), ``reduce``, ``blas`` and ``copy`` (a temporary made to break
 aliasing or a boundary). Tests pin fusion with these counts; benchmarks read
 them. ``MINITORCH_DEBUG`` (or ``set_debug``) prints each Plan as it runs:
-1 = one line per kernel, 2 = plus time and bytes, 3 = plus the expression
-tree, 4 = plus the generated source.
+1 = one line per kernel, 2 = plus time and bytes (marked ``(includes compile)``
+when the call compiled its kernel), 3 = plus the expression tree, 4 = plus the
+generated source (tensor/explain.py prints them).
 """
 
 from __future__ import annotations

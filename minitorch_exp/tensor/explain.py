@@ -17,7 +17,10 @@ will run:
 
 The kernels come from ``lower.split``: the walk the engine itself takes,
 with a visitor that computes nothing. ``debug_run`` prints each kernel as it
-runs when ``MINITORCH_DEBUG`` is set.
+runs when ``MINITORCH_DEBUG`` is set; a level above may collect those lines
+(``collect_debug``) or say what each kernel is for (``kernel_notes``).
+Leaves are named by tensor/names.py: the user's names, views of them (``x.T``),
+names given to memory (``W.grad``, a kernel's ``#n``), else a number never reused.
 
 A level above joins in through two methods, so this module knows nothing of it:
 an object holding an expression offers ``__exp__()`` (the expression as held,
@@ -29,11 +32,11 @@ Node's graph that way, with the Exp-level pieces here (``Names``, ``TreeView``,
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import textwrap
 import time
-import weakref
 from dataclasses import dataclass
 
 from . import counters
@@ -53,73 +56,17 @@ from .kernels import (
     realized,
 )
 from .lower import Kernel, Splitter, split, unique
+from .names import Names, name_storage
+from .names import caller_names as caller_names  # also imported from here by node/
+from .names import held_exp as held_exp
 from .tensor import Tensor
 
-# ---- names: call leaves what the user called them --------------------------------
-
-
-def caller_names(depth: int = 8) -> dict[int, str]:
-    """``id(value) -> variable name`` for expressions, and objects holding one, in the
-    caller's frames (an object holding one names its expression too: ``held_exp``).
-
-    The caller is the first frame outside this package (so ``e.explain()`` and a
-    debug line from deep in the engine both see the user's names); up to
-    ``depth`` enclosing frames add theirs, inner names winning.
-    """
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("minitorch_exp"):
-        frame = frame.f_back
-    frames = []
-    while frame is not None and len(frames) < depth:
-        frames.append(frame)
-        frame = frame.f_back
-    names: dict[int, str] = {}
-    for f in reversed(frames):
-        for scope in (f.f_globals, f.f_locals):
-            names.update(_named_values(scope))
-    del frame, frames
-    return names
-
-
-def _named_values(scope: dict) -> dict[int, str]:
-    found = {}
-    for name, value in list(scope.items()):
-        held = None if name.startswith("_") else held_exp(value)
-        if held is None:
-            continue
-        found[id(value)] = name
-        if held is not value:
-            found.setdefault(id(held), name)
-    return found
-
-
-def held_exp(x) -> Exp | None:
-    """The expression ``x`` stands for, evaluating nothing: ``x`` itself for an Exp;
-    ``x.__exp__()`` for an object of a level above that holds one (a Node); else None."""
-    if isinstance(x, Exp):
-        return x
-    hook = getattr(type(x), "__exp__", None)
-    return None if hook is None else hook(x)
+# ---- names: call leaves what the user called them (tensor/names.py) -------------------
 
 
 def _explains_itself(x) -> bool:
     """An object of a level above holding an expression (a Node): it explains itself."""
     return not isinstance(x, Exp) and hasattr(type(x), "__exp__") and hasattr(x, "explain")
-
-
-class Names:
-    """Labels for leaves: the user's variable name, a kernel's temporary, or ``tensor#n``."""
-
-    def __init__(self, known: dict[int, str] | None = None, auto: str = "tensor#"):
-        self.known = dict(known or {})
-        self.auto: dict[int, str] = {}
-        self.prefix = auto
-
-    def __call__(self, x) -> str:
-        name = self.known.get(id(x))
-        if name is None:
-            name = self.auto.setdefault(id(x), f"{self.prefix}{len(self.auto) + 1}")
-        return name
 
 
 def split_named(e: Exp, names: Names, loop_shape=None) -> Splitter:
@@ -138,7 +85,11 @@ _INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2),
 
 
 def formula(e: Exp, names: Names, prec: int = 0) -> str:
-    """Infix text of an expression, parenthesized only where needed."""
+    """Infix text of an expression, parenthesized only where needed; an expression in
+    ``names.stops`` is written by its name."""
+    stop = names.stops.get(id(e))
+    if stop is not None:
+        return stop
     if type(e) is Scalar:
         return repr(e.value)
     if e.kind == RVALUE:
@@ -365,7 +316,7 @@ SECTIONS = ("tree", "kernels", "plan", "code", "cost")
 
 
 def explain(e, device=None, backend: str | None = None, out=None, saver: str = "=",
-            parts=SECTIONS) -> str:
+            parts=None, **options) -> str:
     """Explain how ``e`` will be evaluated: tree, kernels and cuts, Plans, code, cost.
 
     Nothing is evaluated. Leaves are called by your variable names when the
@@ -380,24 +331,33 @@ def explain(e, device=None, backend: str | None = None, out=None, saver: str = "
             the current one, see ``set_cpu_backend``).
         out: the tensor the result will be written into (``out[...] = e``).
         saver: ``'='``, ``'+='``, ``'-='``, ``'*='`` or ``'/='``.
-        parts: which sections to include, from ``SECTIONS``.
+        parts: which sections to include, from ``SECTIONS`` (default: all).
+        options: for an object that explains itself (a Node takes ``backward=True``).
     """
     if _explains_itself(e):
-        return e.explain()
+        given = {"device": device, "backend": backend, "out": out, "parts": parts,
+                 "saver": None if saver == "=" else saver}
+        return e.explain(**{k: v for k, v in given.items() if v is not None}, **options)
+    if options:
+        raise TypeError(f"explain() of an expression takes no {', '.join(options)} "
+                        "(backward= is for a Node)")
+    parts = SECTIONS if parts is None else parts
     e = as_exp(e)
-    names = Names(caller_names())
+    names = Names.of_caller()
     device = as_device(device or e.device or "cpu")
     backend = "cuda" if device.type == "cuda" else (backend or cpu_backend())
     trivial = _trivial(e, names)
     if trivial:
         return trivial
     s = split_named(e, names, out.shape if out is not None else None)
-    chosen = [_section(part, e, s, names, device, backend, out, saver) for part in parts]
+    chosen = [section(part, e, s, names, device, backend, out, saver) for part in parts]
     return "\n".join([_headline(e, names, out, saver, device, backend)] +
                      [line for block in chosen if block for line in [""] + block])
 
 
-def _section(part: str, e, s: Splitter, names, device, backend, out, saver) -> list[str]:
+def section(part: str, e, s: Splitter, names, device, backend, out=None,
+            saver: str = "=") -> list[str]:
+    """The lines of one of ``SECTIONS`` for ``e``, split by ``s`` (``split_named``)."""
     dst_name = names(out) if out is not None else "a new tensor"
     last = s.kernels[-1]
     if part == "tree":
@@ -500,47 +460,93 @@ def _kernel_summary(k: Kernel, names: Names) -> str:
 
 
 _RUNS = itertools.count(1)
-_PRODUCED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Storage -> "#n"
+_COLLECTING: list[list[str]] = []  # collect_debug: lists taking the lines instead of print
+_NOTES: list = []                  # kernel_notes: what the kernels now running are for
+
+
+@contextlib.contextmanager
+def collect_debug():
+    """Run the block at debug level 1 or more and collect its kernels' debug lines in
+    the list yielded instead of printing them. What runs is what runs without debug
+    (the same kernels, counted the same), so a level above can show what ran."""
+    lines: list[str] = []
+    old = counters.DEBUG
+    counters.DEBUG = max(old, 1)  # no set_debug: nothing kept at level 0 goes stale
+    _COLLECTING.append(lines)
+    try:
+        yield lines
+    finally:
+        _COLLECTING.remove(lines)
+        counters.DEBUG = old
+
+
+@contextlib.contextmanager
+def kernel_notes(note):
+    """``note(e) -> str`` adds ``(text)`` to the debug line of each kernel computing ``e``
+    inside the block: a level above says what it is for (``backward of tanh, mul``)."""
+    _NOTES.append(note)
+    try:
+        yield
+    finally:
+        _NOTES.remove(note)
+
+
+def _emit(text: str) -> None:
+    if _COLLECTING:
+        _COLLECTING[-1].append(text)
+    else:
+        print(text, flush=True)
+
+
+def _note(e) -> str:
+    text = _NOTES[-1](e) if _NOTES else ""
+    return f"  ({text})" if text else ""
 
 
 def debug_run(run, dst, e: Exp, saver: str) -> None:
     """Run one kernel (``run(dst, e, saver)``) and print it at the current debug level.
 
     1: one line (kind, device/backend, destination, formula); 2: plus time,
-    bytes moved and GB/s; 3: plus the expression tree; 4: plus the source.
-    A temporary made by an earlier kernel is named by that kernel's ``#n``.
+    bytes moved and GB/s, marked when the call compiled its kernel; 3: plus the
+    expression tree; 4: plus the source. A temporary made by an earlier kernel
+    is named by that kernel's ``#n`` (tensor/names.py names the rest).
     """
-    sync = _synchronize(dst.device)
-    sync()
-    start = time.perf_counter()
-    run(dst, e, saver)
-    sync()
     number = next(_RUNS)
-    text = debug_text(counters.DEBUG, number, dst, e, saver, time.perf_counter() - start)
-    _PRODUCED[dst.storage] = f"#{number}"
-    print(text, flush=True)
+    name_storage(dst, f"#{number}", replace=False)
+    names = Names.of_caller()
+    s = split_named(e, names, dst.shape)
+    compiles = _compiles(s.kernels[-1])
+    seconds = _timed(dst.device, lambda: run(dst, e, saver))
+    compiled = _compiles(s.kernels[-1]) != compiles
+    _emit(debug_text(counters.DEBUG, number, dst, e, saver, seconds, names, s, compiled))
 
 
 def debug_group(run, items) -> None:
     """Run one grouped kernel (``assign_all``) and print it: one line for the kernel,
     naming each statement it runs, in order."""
     dst = items[0][0]
-    sync = _synchronize(dst.device)
-    sync()
-    start = time.perf_counter()
-    run()
-    sync()
     number = next(_RUNS)
-    names = Names(caller_names())
+    compiles = _compiles(None)
+    seconds = _timed(dst.device, run)
+    names = Names.of_caller()
     parts = "; ".join(f"{names(d)} {saver} {_short(formula(e, names), 40)}"
                       for d, e, saver in items)
     line = (f"[mt #{number}] fused  {dst.device}/{device_backend(dst.device).name:<5} "
             f"{len(items)} statements over {shape_str(dst)}  {parts}")
     if counters.DEBUG >= 2:
-        line += f"  | {(time.perf_counter() - start) * 1e3:.3f} ms"
+        line += f"  | {seconds * 1e3:.3f} ms{_compile_mark(_compiles(None) != compiles)}"
     for d, _, _ in items:
-        _PRODUCED[d.storage] = f"#{number}"
-    print(line, flush=True)
+        name_storage(d, f"#{number}", replace=False)
+    _emit(line)
+
+
+def _timed(device, run) -> float:
+    sync = _synchronize(device)
+    sync()
+    start = time.perf_counter()
+    run()
+    sync()
+    return time.perf_counter() - start
 
 
 def _synchronize(device):
@@ -549,21 +555,34 @@ def _synchronize(device):
     return lambda: device.xp.cuda.get_current_stream().synchronize()
 
 
-def debug_text(level: int, number: int, dst, e: Exp, saver: str, seconds: float) -> str:
-    names = Names(caller_names())
-    for t in body_leaves(e):
-        if t.storage in _PRODUCED and id(t) not in names.known:
-            names.known[id(t)] = _PRODUCED[t.storage]
-    names.known.setdefault(id(dst), "out")
-    s = split_named(e, names, dst.shape)
+def _compiles(k: Kernel | None) -> tuple:
+    """What grows when a call compiles a kernel: numba's count of kernels generated and
+    compiled, and the compiled forms kept on ``k``'s Plan (a CUDA module)."""
+    numba = sys.modules.get(__package__ + ".numba_compile")
+    stats = numba.compile_stats() if numba is not None else {}
+    planned = k.planned() if k is not None else None
+    kept = 0 if planned is None else sum(key != "numpy" for key in planned[0].compiled)
+    return stats.get("generated", 0), stats.get("compiled", 0), kept
+
+
+def _compile_mark(compiled: bool) -> str:
+    return " (includes compile)" if compiled else ""
+
+
+def debug_text(level: int, number: int, dst, e: Exp, saver: str, seconds: float,
+               names: Names | None = None, s: Splitter | None = None,
+               compiled: bool = False) -> str:
+    """The debug lines of kernel ``number``, which wrote ``e`` into ``dst`` in ``seconds``."""
+    names = names or Names.of_caller()
+    s = s or split_named(e, names, dst.shape)
     k = s.kernels[-1]
     backend = device_backend(dst.device).name
     line = (f"[mt #{number}] {k.kind:<6} {dst.device}/{backend:<5} {names(dst)} {saver} "
-            f"{shape_str(dst)}  {_short(formula(e, names), 60)}")
+            f"{shape_str(dst)}  {_short(formula(e, names), 60)}{_note(e)}")
     if level >= 2:
         moved = fused_traffic([k], dst, saver).moved
-        line += (f"  | {seconds * 1e3:.3f} ms  {human_bytes(moved)}  "
-                 f"{moved / max(seconds, 1e-9) / 1e9:.2f} GB/s")
+        line += (f"  | {seconds * 1e3:.3f} ms{_compile_mark(compiled)}  {human_bytes(moved)}"
+                 f"  {moved / max(seconds, 1e-9) / 1e9:.2f} GB/s")
     lines = [line]
     if level >= 3:
         lines += render_rows(TreeView(names, s).rows(e), indent="    ", tags=False)
