@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 
+from ..tensor.backends import cpu_backend
+from ..tensor.device import as_device
 from ..tensor.explain import (
     Names,
     Row,
@@ -18,10 +20,11 @@ from ..tensor.explain import (
     caller_names,
     plural,
     render_rows,
+    section,
     shape_str,
     split_named,
 )
-from ..tensor.expr import RVALUE, describe
+from ..tensor.expr import RVALUE, Reduce, describe
 from ..tensor.graphwalk import post_order
 from .node import Node
 from .ops import Elementwise
@@ -138,18 +141,83 @@ def node_values(nodes: list, names: dict[int, str], skip) -> dict[int, str]:
 
 # ---- explain_node --------------------------------------------------------------------------------
 
-def explain_node(node: Node, depth: int = 4) -> str:
-    """The graph around ``node`` (``depth`` levels of inputs), its fusion groups, its expression."""
+#: What ``explain(node, parts=...)`` can show; ``graph``, ``fusion`` and ``tree`` by default.
+NODE_SECTIONS = ("graph", "fusion", "tree", "plan", "code")
+
+
+def explain_node(node: Node, depth: int = 4, parts=None, backward: bool = False,
+                 device=None, backend: str | None = None) -> str:
+    """The graph around ``node`` (``depth`` levels of inputs), its fusion groups, its
+    expression; ``parts`` picks from ``NODE_SECTIONS`` (``plan`` and ``code``: each
+    fusion group's Plan and the code that runs it on ``device`` with ``backend``).
+    ``backward=True``: what a ``backward()`` from ``node`` runs (node/explain_backward.py)."""
+    if backward:
+        from .explain_backward import explain_backward
+        return explain_backward(node)
+    parts = NODE_SECTIONS[:3] if parts is None else tuple(parts)
+    unknown = [p for p in parts if p not in NODE_SECTIONS]
+    if unknown:
+        raise ValueError(f"explain: unknown part {unknown[0]!r} for a Node; choose from "
+                         f"{NODE_SECTIONS}")
     nodes, consumers = node_graph(node)
     known = caller_names()
     names = node_names(nodes, known)
+    groups = fused_groups(nodes, consumers)
     lines = [f"explain {names[id(node)]}: {node_op(node)} -> {node_shape(node)}, "
-             f"{node_state(node)}", "", f"Graph ({depth} levels of inputs)"]
-    lines += render_rows(_graph_rows(node, names, consumers, depth))
-    lines += [""] + _groups_text(fused_groups(nodes, consumers), names)
-    if node.is_lazy:
+             f"{node_state(node)}"]
+    if "graph" in parts:
+        lines += ["", f"Graph ({depth} levels of inputs)"]
+        lines += render_rows(_graph_rows(node, names, consumers, depth))
+    if "fusion" in parts:
+        lines += [""] + _groups_text(groups, names)
+    if "tree" in parts and node.is_lazy:
         lines += [""] + _expression_text(node, nodes, names, known)
+    shown = [p for p in parts if p in ("plan", "code")]
+    if shown:
+        where = as_device(device or node.device)
+        how = "cuda" if where.type == "cuda" else (backend or cpu_backend())
+        for group in _kernel_groups(node, groups):
+            lines += [""] + _group_kernels(group, nodes, names, known, shown, where, how)
     return "\n".join(lines)
+
+
+def _kernel_groups(node: Node, groups: list[list]) -> list[list]:
+    """The fusion groups, and ``node`` alone when it is lazy and in none of them."""
+    if node.is_lazy and not any(g[-1] is node for g in groups):
+        return groups + [[node]]
+    return groups
+
+
+def _group_kernels(group: list, nodes, names, known, parts, device, backend) -> list[str]:
+    """The Plan and code of the kernels that compute ``group`` (its sink's expression)."""
+    sink = group[-1]
+    members = ", ".join(names[id(n)] for n in group)
+    e = group_expression(sink)
+    if e is None:
+        return [f"Group {members} -> {names[id(sink)]}: already ran; its Plan is not kept "
+                "(explain it before it runs, or run with MINITORCH_DEBUG=4)"]
+    leaf_names = Names({**known, **node_values(nodes, names, sink)})
+    s = split_named(e, leaf_names)
+    when = "will run when it is realized" if sink.is_lazy else "already ran"
+    lines = [f"Group {members} -> {names[id(sink)]} ({when}): "
+             f"{plural(len(s.kernels), 'kernel')}"]
+    for part in parts:
+        lines += ["  " + x if x else x for x in [""] + section(part, e, s, leaf_names, device,
+                                                                backend)]
+    return lines
+
+
+def group_expression(sink: Node):
+    """What the kernel of a fusion group computes: its lazy sink's expression, or for a
+    reduction that already ran, that reduction of its input's expression (the walk the
+    engine took then); None for any other sink that ran."""
+    if sink.is_lazy:
+        return sink._value
+    ctx = sink.grad_fn
+    reduction = getattr(ctx.fn, "reduction", None) if ctx is not None else None
+    if reduction is None or not ctx.inputs:
+        return None
+    return Reduce(reduction, ctx.inputs[0]._value, ctx.attrs["axes"], ctx.attrs["keepdims"])
 
 
 def _expression_text(node: Node, nodes: list, names: dict, known: dict) -> list[str]:

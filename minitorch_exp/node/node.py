@@ -220,10 +220,15 @@ class Node:
         from .backward import backward
         backward(self, grad, retain_graph)
 
-    def explain(self) -> str:
-        """The graph around this Node, which lazy nodes fuse, and its expression."""
+    def explain(self, parts=None, backward: bool = False, **options) -> str:
+        """The graph around this Node, which lazy nodes fuse, and its expression;
+        ``parts`` picks sections (``node/explain.py:NODE_SECTIONS``: ``plan`` and
+        ``code`` show each fusion group's Plan and code), ``device=`` and
+        ``backend=`` whose code. ``backward=True``: each gradient rule a
+        ``backward()`` from here runs, in order, the expression it builds and the
+        kernels that compute it (run into scratch: no ``.grad`` changes)."""
         from .explain import explain_node
-        return explain_node(self)
+        return explain_node(self, parts=parts, backward=backward, **options)
 
     def __repr__(self) -> str:
         body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
