@@ -1,17 +1,26 @@
-"""Datasets and a DataLoader that batches by fancy indexing (no per-sample Python loop)."""
+"""Datasets and a DataLoader that batches by fancy indexing (no per-sample Python loop).
+
+PyTorch's ``torch.utils.data`` names (``minitorch_exp.utils.data``): a dataset's items
+are what its ``__getitem__`` returns; the DataLoader's ``default_collate`` stacks them
+into tensors (Nodes), as PyTorch's does. A ``TensorDataset``, or a ``Subset`` of one,
+skips the per-sample loop: its batch is gathered from its arrays in one indexing.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from ..node.node import Node
+from ..tensor.creation import default_generator
 from ..tensor.tensor import from_array
 
 
 class Dataset:
-    """Anything with ``__len__`` and ``__getitem__`` returning a tuple of arrays."""
+    """Anything with ``__len__`` and ``__getitem__`` returning one sample (tensors, arrays,
+    numbers, or tuples and dicts of them)."""
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -20,8 +29,14 @@ class Dataset:
         raise NotImplementedError
 
 
+def _as_node(array) -> Node:
+    """A copy of ``array`` (a row, a number) as a Node outside the graph."""
+    return Node(from_array(np.array(array)))
+
+
 class TensorDataset(Dataset):
-    """Samples are rows of equally long arrays (or tensors)."""
+    """Samples are rows of equally long arrays (or tensors); an item is a tuple of
+    tensors, one row of each, as PyTorch's."""
 
     def __init__(self, *arrays):
         if not arrays:
@@ -37,11 +52,95 @@ class TensorDataset(Dataset):
         return len(self.arrays[0])
 
     def __getitem__(self, index):
+        return tuple(_as_node(row) for row in self.rows(index))
+
+    def rows(self, index) -> tuple:
+        """The rows at ``index`` (an int or an array of them), one array per tensor."""
         return tuple(a[index] for a in self.arrays)
 
 
+class Subset(Dataset):
+    """The items of ``dataset`` at ``indices``, in that order."""
+
+    def __init__(self, dataset, indices):
+        self.dataset, self.indices = dataset, np.asarray(indices, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index):
+        if isinstance(index, (list, np.ndarray)):
+            return [self.dataset[int(i)] for i in self.indices[index]]
+        return self.dataset[int(self.indices[index])]
+
+
+def random_split(dataset, lengths, generator=None) -> list[Subset]:
+    """``dataset`` split at random into Subsets of the given ``lengths``, or fractions of
+    its length summing to 1 (the remainder dealt one by one from the first, as PyTorch's).
+    ``generator``: a ``numpy.random.Generator``, else the one ``mt.manual_seed`` seeds."""
+    n = len(dataset)
+    lengths = list(lengths)
+    if lengths and all(0 <= f <= 1 for f in lengths) and math.isclose(sum(lengths), 1) \
+            and sum(lengths) != n:
+        counts = [int(math.floor(n * f)) for f in lengths]
+        for i in range(n - sum(counts)):
+            counts[i % len(counts)] += 1
+        lengths = counts
+    if sum(lengths) != n:
+        raise ValueError(f"random_split: the lengths {lengths} sum to {sum(lengths)}, the "
+                         f"dataset has {n} items")
+    order = (generator or default_generator()).permutation(n)
+    bounds = np.cumsum([0, *lengths])
+    return [Subset(dataset, order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _rows(dataset, idx: np.ndarray):
+    """The items at ``idx`` as one array per field, gathered at once: for a TensorDataset
+    or a Subset of one; None for any other dataset."""
+    if isinstance(dataset, TensorDataset):
+        return dataset.rows(idx)
+    if isinstance(dataset, Subset):
+        return _rows(dataset.dataset, dataset.indices[idx])
+    return None
+
+
+def default_collate(batch: list):
+    """Samples stacked into one batch, as PyTorch's ``default_collate``: tensors and NumPy
+    arrays into a tensor with a new first dimension, Python ints into an int64 tensor and
+    floats into a float64 one; tuples, lists and dicts field by field; strings as a list."""
+    first = batch[0]
+    if isinstance(first, Node):
+        return Node(from_array(np.stack([np.asarray(b.numpy()) for b in batch])))
+    if isinstance(first, (np.ndarray, np.generic, bool, int, float)):
+        dtype = np.float64 if type(first) is float else None
+        return Node(from_array(np.array(batch, dtype=dtype)))
+    if isinstance(first, str):
+        return list(batch)
+    if isinstance(first, Mapping):
+        return {key: default_collate([b[key] for b in batch]) for key in first}
+    if isinstance(first, Sequence):
+        if any(len(b) != len(first) for b in batch):
+            raise ValueError("default_collate: every sample of a batch must have the same "
+                             "number of fields")
+        fields = [default_collate(list(col)) for col in zip(*batch)]
+        return tuple(fields) if isinstance(first, tuple) else fields
+    raise TypeError(f"default_collate: samples must be tensors, NumPy arrays, numbers, or "
+                    f"tuples, lists or dicts of them; found {type(first).__name__}")
+
+
+def _to_device(batch, device):
+    if isinstance(batch, Node):
+        return batch.to(device)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
 class DataLoader:
-    """Yields batches as tuples of Nodes (one Node when samples are single arrays).
+    """Yields batches: for samples that are tuples, a tuple of Nodes (one Node when samples
+    are single tensors or arrays), made by ``collate_fn`` (``default_collate``).
 
     ``shuffle`` draws a new order each epoch from ``seed`` and the epoch
     number, so the order is reproducible and a resumed run (``loader.epoch =
@@ -55,7 +154,8 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False,
                  drop_last: bool = False, seed: int | None = None, device="cpu",
-                 sampler=None):
+                 sampler=None, collate_fn=None, num_workers: int = 0,
+                 pin_memory: bool = False):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if sampler is not None and shuffle:
@@ -67,6 +167,9 @@ class DataLoader:
         self.seed = np.random.SeedSequence().entropy if seed is None else seed
         self.epoch = 0
         self.device = device
+        self.collate_fn = collate_fn
+        # num_workers and pin_memory are accepted for PyTorch's scripts: batches here are
+        # gathered in this process (a TensorDataset's by one indexing)
 
     def __len__(self) -> int:
         n = len(self.dataset) if self.sampler is None else len(self.sampler)
@@ -89,22 +192,15 @@ class DataLoader:
         self.epoch += 1
         for b in range(len(self)):
             idx = order[b * self.batch_size:(b + 1) * self.batch_size]
-            batch = self._fetch(idx)
-            if isinstance(batch, tuple):
-                yield tuple(self._node(part) for part in batch)
-            else:  # samples were single arrays, not tuples: one Node per batch, as in torch
-                yield self._node(batch)
+            rows = _rows(self.dataset, idx) if self.collate_fn is None else None
+            if rows is not None:
+                yield tuple(self._node(part) for part in rows)
+                continue
+            collate = self.collate_fn or default_collate
+            yield _to_device(collate([self.dataset[int(i)] for i in idx]), self.device)
 
     def _node(self, part) -> Node:
         return Node(from_array(np.ascontiguousarray(part)).to(self.device))
-
-    def _fetch(self, idx: np.ndarray):
-        if isinstance(self.dataset, TensorDataset):
-            return self.dataset[idx]
-        samples = [self.dataset[int(i)] for i in idx]
-        if not isinstance(samples[0], (tuple, list)):
-            return np.stack(samples)
-        return tuple(np.stack(col) for col in zip(*samples))
 
 
 class DistributedSampler:

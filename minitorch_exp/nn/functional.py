@@ -249,3 +249,57 @@ def layer_norm(x: Node, normalized_shape, weight=None, bias=None, eps: float = 1
         y = y + bias
     return y
 
+
+
+# ---- more of PyTorch's losses (issue 21) ------------------------------------------------
+
+def _target_like(input: Node, target, name: str) -> Node:
+    """``target`` as a Node of ``input``'s shape (an array or number is converted)."""
+    if not isinstance(target, Node):
+        target = Node(from_array(np.array(target, dtype=input.dtype))).to(input.device)
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(f"{name}: input shape {tuple(input.shape)} != target shape "
+                         f"{tuple(target.shape)} (no broadcasting here, as in PyTorch)")
+    return target
+
+
+def _weighted(loss: Node, weight, reduction: str) -> Node:
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def l1_loss(input: Node, target, *, reduction: str = "mean") -> Node:  # noqa: A002
+    """Mean (or sum) absolute error."""
+    return _reduce(abs(input - _target_like(input, target, "l1_loss")), reduction)
+
+
+def smooth_l1_loss(input: Node, target, *, reduction: str = "mean",  # noqa: A002
+                   beta: float = 1.0) -> Node:
+    """Huber-like: ``0.5 d**2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta``
+    (``d = input - target``; ``beta = 0``: the absolute error)."""
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
+    d = input - _target_like(input, target, "smooth_l1_loss")
+    a = abs(d)
+    loss = a if beta == 0 else ops.where(a < beta, d * d * (0.5 / beta), a - 0.5 * beta)
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input: Node, target, weight=None, *,  # noqa: A002
+                                     reduction: str = "mean", pos_weight=None) -> Node:
+    """Binary cross-entropy of ``sigmoid(input)`` against ``target`` in [0, 1], computed
+    from the logits stably, as PyTorch's: with ``p = pos_weight`` (1 by default),
+    ``(1 - y) x + (1 + (p - 1) y) (log(1 + exp(-|x|)) + max(-x, 0))``."""
+    y = _target_like(input, target, "binary_cross_entropy_with_logits")
+    softplus = ops.log(ops.exp(-abs(input)) + 1.0) + ops.relu(-input)  # log(1 + exp(-x))
+    scale = 1.0 if pos_weight is None else (pos_weight - 1.0) * y + 1.0
+    return _weighted((1.0 - y) * input + scale * softplus, weight, reduction)
+
+
+def binary_cross_entropy(input: Node, target, weight=None, *,  # noqa: A002
+                         reduction: str = "mean") -> Node:
+    """Binary cross-entropy of probabilities ``input`` against ``target``; each log is
+    clamped at -100, as in PyTorch, so a probability of 0 or 1 gives a finite loss."""
+    y = _target_like(input, target, "binary_cross_entropy")
+    log_p = ops.maximum(ops.log(input), -100.0)
+    log_q = ops.maximum(ops.log(1.0 - input), -100.0)
+    return _weighted(-(y * log_p + (1.0 - y) * log_q), weight, reduction)

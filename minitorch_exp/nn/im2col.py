@@ -9,8 +9,8 @@ im2col without copying anything::
     x strides (sn, sc, sh_, sw_)  ->  unfold(x) shape (C, KH, KW, N, OH, OW)
                                         strides (sc, dh*sh_, dw*sw_, sn, sh*sh_, sw*sw_)
 
-The copy happens only where the product needs a matrix: ``unfold(x).contiguous()`` is
-the ``(C*KH*KW, N*OH*OW)`` column matrix, written in one pass by the engine. The
+The copy happens only where the product needs a matrix: ``im2col`` copies the view
+into the ``(C*KH*KW, N*OH*OW)`` column matrix, one strided statement per kernel offset. The
 channel-and-offset-major order (rows ``(c, i, j)``, columns ``(n, oh, ow)``) is chosen
 for the memory walks: the copy reads and the accumulation back (``col2im``) writes
 ``ow`` contiguously, and the product is one GEMM however large the batch.
@@ -134,9 +134,18 @@ def at_offset(x: Tensor, window: Window, i: int, j: int) -> Tensor:
 
 
 def im2col(x: Tensor, window: Window) -> Tensor:
-    """The column matrix (C*KH*KW, N*OH*OW): ``unfold`` copied once, contiguously."""
-    cols = unfold(x, window).contiguous()
-    return cols.view(cols.shape[0] * cols.shape[1] * cols.shape[2], -1)
+    """The column matrix (C*KH*KW, N*OH*OW): ``unfold`` copied once, contiguously.
+
+    One statement per kernel offset, each a 4-D strided copy: the compiled CPU loops
+    take up to four dimensions, and the six of the whole view would fall back to a
+    slower NumPy copy (``docs/conv.md`` has the numbers).
+    """
+    windows = unfold(x, window)
+    cols = creation.new_empty(windows.shape, x.dtype, x.device)
+    for i, j in window.offsets:
+        cols[:, i, j] = windows[:, i, j]
+    c, kh, kw = windows.shape[:3]
+    return cols.view(c * kh * kw, -1)
 
 
 def col2im(cols, window: Window, padded_shape: tuple[int, ...]) -> Tensor:

@@ -270,7 +270,7 @@ class Module:
             arrays[name] = arr
         for name, arr in arrays.items():
             p = params[name]
-            p.value[...] = from_array(np.ascontiguousarray(arr, dtype=p.dtype)).to(p.device)
+            p.value[...] = from_array(np.require(arr, p.dtype, "C")).to(p.device)  # keeps 0-d
 
     def to(self, device) -> Module:
         for p in self.parameters():

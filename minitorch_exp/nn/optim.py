@@ -20,6 +20,7 @@ The formulas follow PyTorch's step for step (tests compare them).
 
 from __future__ import annotations
 
+import bisect
 import math
 import weakref
 
@@ -27,7 +28,7 @@ from ..node.grad_mode import no_grad
 from ..node.node import Node, grads_in_sinks
 from ..tensor import capture
 from ..tensor.creation import new_empty, zeros_like
-from ..tensor.engine import assign_all
+from ..tensor.engine import assign_all, realize
 from ..tensor.expr import RVALUE, new_epoch, sqrt
 from ..tensor.layout import contiguous
 from ..tensor.storage import Storage
@@ -482,6 +483,31 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay)
 
 
+class Adadelta(Optimizer):
+    """Adadelta (Zeiler 2012), PyTorch's formulas: with ``s`` and ``a`` running means of
+    squared gradients and squared updates, ``d = sqrt(a + eps) / sqrt(s + eps) * g`` and
+    ``p -= lr * d``."""
+
+    def __init__(self, params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
+                 weight_decay: float = 0.0):
+        if lr < 0 or eps < 0 or not 0 <= rho <= 1 or weight_decay < 0:
+            raise ValueError(f"Adadelta: invalid lr={lr}, rho={rho}, eps={eps} or "
+                             f"weight_decay={weight_decay}")
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay))
+
+    def _update(self, p, g, state, group):
+        lr, rho, eps, wd = group["lr"], group["rho"], group["eps"], group["weight_decay"]
+        if "square_avg" not in state:
+            state.update(step=0, square_avg=zeros_like(p), acc_delta=zeros_like(p))
+        state["step"] += 1
+        s, a = state["square_avg"], state["acc_delta"]
+        grad = realize(g + wd * p) if wd else g  # computed first: read after p's update
+        delta = sqrt(a + eps) / sqrt(s + eps) * grad
+        assign_all([(s, rho * s + (1.0 - rho) * grad * grad),  # one kernel, in order:
+                    (p, lr * delta, "-="),                      # delta reads the new s
+                    (a, rho * a + (1.0 - rho) * delta * delta)])  # and the old a
+
+
 def clip_grad_norm_(params, max_norm: float, eps: float = 1e-6) -> float:
     """Scale gradients so their global L2 norm is at most ``max_norm``; returns the norm."""
     if isinstance(params, Node):  # one tensor, as torch allows (iterating it gives rows)
@@ -498,16 +524,27 @@ def clip_grad_norm_(params, max_norm: float, eps: float = 1e-6) -> float:
 # ---- learning-rate schedules -------------------------------------------------------
 
 class LRScheduler:
+    """A learning rate per epoch, ``lr_at(base, epoch)``, set on each group by ``step()``.
+
+    As in PyTorch, making one sets epoch 0's rates at once, and ``step()`` (once per
+    epoch, after ``optimizer.step()``) moves to the next epoch. The rates are closed
+    forms of the epoch, so resuming needs only ``last_epoch``.
+    """
+
     def __init__(self, optimizer: Optimizer):
         self.optimizer = optimizer
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self.last_epoch = 0
+        self._set_rates()
 
     def lr_at(self, base: float, epoch: int) -> float:
         raise NotImplementedError
 
     def step(self) -> None:
         self.last_epoch += 1
+        self._set_rates()
+
+    def _set_rates(self) -> None:
         for group, base in zip(self.optimizer.param_groups, self.base_lrs):
             group["lr"] = self.lr_at(base, self.last_epoch)
 
@@ -523,18 +560,58 @@ class LRScheduler:
 
 
 class StepLR(LRScheduler):
+    """``base * gamma ** (epoch // step_size)``."""
+
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
-        super().__init__(optimizer)
         self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer)
 
     def lr_at(self, base, epoch):
         return base * self.gamma ** (epoch // self.step_size)
 
 
+class MultiStepLR(LRScheduler):
+    """``base * gamma ** k``, ``k`` the number of ``milestones`` (epochs) reached."""
+
+    def __init__(self, optimizer: Optimizer, milestones, gamma: float = 0.1):
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer)
+
+    def lr_at(self, base, epoch):
+        return base * self.gamma ** bisect.bisect_right(self.milestones, epoch)
+
+
+class ExponentialLR(LRScheduler):
+    """``base * gamma ** epoch``."""
+
+    def __init__(self, optimizer: Optimizer, gamma: float):
+        self.gamma = gamma
+        super().__init__(optimizer)
+
+    def lr_at(self, base, epoch):
+        return base * self.gamma ** epoch
+
+
+class LambdaLR(LRScheduler):
+    """``base * lr_lambda(epoch)``; ``lr_lambda`` a function, or one per group."""
+
+    def __init__(self, optimizer: Optimizer, lr_lambda):
+        n = len(optimizer.param_groups)
+        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) \
+            else [lr_lambda] * n
+        if len(self.lr_lambdas) != n:
+            raise ValueError(f"LambdaLR: {len(self.lr_lambdas)} lr_lambda for {n} groups")
+        super().__init__(optimizer)
+
+    def _set_rates(self) -> None:
+        for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
+            group["lr"] = base * fn(self.last_epoch)
+
+
 class CosineAnnealingLR(LRScheduler):
     def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0):  # noqa: N803
-        super().__init__(optimizer)
         self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer)
 
     def lr_at(self, base, epoch):
         return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * epoch /

@@ -107,8 +107,8 @@ class AvgPool2dFunction(Function):
 
 # ---- argument forms and checks ------------------------------------------------------------
 
-def _window(name: str, x: Node, kernel_size, stride, padding, dilation, ceil_mode: bool,
-            max_pad) -> im2col.Window:
+def _window(name: str, x: Node, kernel_size, stride, padding, dilation,
+            ceil_mode: bool) -> im2col.Window:
     if x.ndim not in (3, 4):
         raise ValueError(f"{name}: expected input of shape (N, C, H, W) or (C, H, W), got "
                          f"shape {x.shape}")
@@ -119,10 +119,9 @@ def _window(name: str, x: Node, kernel_size, stride, padding, dilation, ceil_mod
         raise ValueError(f"{name}: kernel_size, stride and dilation must be positive and "
                          f"padding non-negative, got kernel_size={kernel}, stride={stride}, "
                          f"dilation={dilation}, padding={padding}")
-    limits = tuple(max_pad(k, d) for k, d in zip(kernel, dilation))
-    if any(p > lim for p, lim in zip(padding, limits)):
-        raise ValueError(f"{name}: padding {padding} must be at most half the kernel's "
-                         f"extent, {limits} for kernel_size={kernel}")
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ValueError(f"{name}: padding {padding} must be at most half of kernel_size="
+                         f"{kernel}")
     window = im2col.pool_window(x.shape[-2:], kernel, stride, padding, dilation, ceil_mode)
     if min(window.out) < 1:
         raise ValueError(f"{name}: input of shape {x.shape} is too small for kernel_size="
@@ -173,8 +172,7 @@ def max_pool2d(input: Node, kernel_size, stride=None, padding=0, dilation=1,  # 
     """PyTorch's ``F.max_pool2d`` (input padded with -inf; ``stride`` defaults to the kernel)."""
     if return_indices:
         raise NotImplementedError("max_pool2d: return_indices=True is not supported")
-    window = _window("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode,
-                     lambda k, d: (d * (k - 1) + 1) // 2)
+    window = _window("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode)
     return MaxPool2dFunction.apply(input, window=window)
 
 
@@ -183,8 +181,7 @@ def avg_pool2d(input: Node, kernel_size, stride=None, padding=0,  # noqa: A002
                ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override=None) -> Node:
     """PyTorch's ``F.avg_pool2d`` (zeros padding; ``count_include_pad`` counts it)."""
-    window = _window("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode,
-                     lambda k, d: k // 2)
+    window = _window("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)
     divisor = _divisor(window, input.shape, im2col.pair(padding, "padding"), count_include_pad,
                        divisor_override, input.dtype, input.device)
     return AvgPool2dFunction.apply(input, window=window, divisor=divisor)
