@@ -19,6 +19,7 @@ from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
 from ..tensor.graphwalk import post_order
 from . import anomaly, capture
 from .node import MAX_FUSED_OPS, Node, count_ops
+from .trace import trace_for_pass
 
 
 def topological_order(root: Node) -> list[Node]:
@@ -50,10 +51,19 @@ def _initial_grad(root: Node, grad) -> Exp:
 
 
 def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
-    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad
+    (and every node that ``retain_grad()`` asked to keep one)."""
     if not root.requires_grad:
         raise RuntimeError("backward: this tensor does not require grad and has no grad_fn; "
                            "create its inputs with requires_grad=True")
+    trace = trace_for_pass()  # MINITORCH_DEBUG, explain(backward=True): node/trace.py
+    if trace is None:
+        return _backward(root, grad, retain_graph, None)
+    with trace.running():
+        _backward(root, grad, retain_graph, trace)
+
+
+def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
     grads: dict[int, Exp] = {id(root): _initial_grad(root, grad)}
     for node in topological_order(root):
         g = grads.pop(id(node), None)
@@ -61,12 +71,16 @@ def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
             continue
         ctx = node.grad_fn
         if ctx is None:
-            _accumulate(node, g)
+            _accumulate(node, g, trace)
             continue
         if ctx.freed:
             raise RuntimeError(
                 f"backward through {ctx.name} a second time: its saved values were "
                 "freed; pass retain_graph=True to the first backward() to keep them")
+        if node._retains_grad:
+            g = _retain(node, g, trace)
+        if trace is not None:
+            trace.step(node, g)
         if g.kind == COMPLEX and not (type(g) is Dot and ctx.fn.transposes_products):
             # a dot or reduction is a boundary: every backward rule would evaluate it into a
             # temporary anyway, and unrealized, a chain of them nests without bound
@@ -74,7 +88,7 @@ def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
             g = realize(g)
         elif builtin_sum(ctx.needs_input_grad) > 1 and g.kind != RVALUE and count_ops(g, 2) > 1:
             g = realize(g)
-        _propagate(ctx, g, grads)
+        _propagate(ctx, g, grads, trace)
         if not retain_graph:
             ctx.free()
 
@@ -82,7 +96,7 @@ def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
 builtin_sum = sum
 
 
-def _propagate(ctx, g: Exp, grads: dict) -> None:
+def _propagate(ctx, g: Exp, grads: dict, trace=None) -> None:
     input_grads = ctx.fn.backward(ctx, g)
     if not isinstance(input_grads, tuple):
         input_grads = (input_grads,)
@@ -98,6 +112,8 @@ def _propagate(ctx, g: Exp, grads: dict) -> None:
         if ig.shape != inp.shape:
             raise RuntimeError(f"{ctx.name}.backward returned a gradient of shape "
                                f"{ig.shape} for an input of shape {inp.shape}")
+        if trace is not None:
+            trace.built(g, inp, ig)
         if count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS:
             ig = realize(ig)
         prev = grads.get(id(inp))
@@ -110,16 +126,34 @@ def _propagate(ctx, g: Exp, grads: dict) -> None:
         grads[id(inp)] = ig
 
 
-def _accumulate(leaf: Node, g: Exp) -> None:
-    """Write the gradient into ``leaf.grad`` (a fresh tensor the first time, then ``+=``)."""
+def _accumulate(leaf: Node, g, trace=None):
+    """Write the gradient into ``leaf.grad`` (a fresh tensor the first time, then ``+=``);
+    returns what was written (with a trace: node/trace.py; a dry one gives a stand-in)."""
+    if trace is not None:
+        leaf = trace.accumulate(leaf, g)
     if capture.grad_log() is not None:  # a captured function's eager runs: see capture.py
         capture.note_grad(leaf)
     if leaf.grad is None:
-        dst = leaf.grad_buffer
+        dst, saver = leaf.grad_buffer, "="
         if dst is None:
             dst = creation.new_empty(leaf.shape, leaf.dtype, leaf.device)
-        assign(dst, g)
-        leaf.grad = Node(dst)
     else:
-        assign(leaf.grad.value, g, "+=")
+        dst, saver = leaf.grad.value, "+="
+    if trace is not None:
+        trace.writes(leaf, dst)
+    assign(dst, g, saver)
+    if leaf.grad is None:
+        leaf.grad = Node(dst)
     assert leaf.grad.shape == leaf.shape
+    return dst
+
+
+def _retain(node: Node, g, trace):
+    """A node that retains its grad gets it as a leaf does, and its rule reads it from
+    there: the first time the gradient is computed once, into ``node.grad``."""
+    if node.grad is None:
+        return _accumulate(node, g, trace)
+    if isinstance(g, Exp):
+        g = realize(g)
+    _accumulate(node, g, trace)
+    return g

@@ -103,6 +103,8 @@ def node_state(node: Node) -> str:
         return "lazy"
     if node.grad_fn is None:
         return "leaf, requires grad" if node.requires_grad else "constant"
+    if node.grad_fn.freed:  # backward() without retain_graph dropped the links to inputs
+        return "in memory; its inputs were freed by backward()"
     value = node._value
     if value.kind == RVALUE and any(getattr(p._value, "storage", None) is value.storage
                                     for p in node_inputs(node)):

@@ -1,9 +1,11 @@
 """Pictures of the Node graph: DOT text for graphviz, or a PNG drawn with matplotlib alone.
 
 Each box is one Node: its name (your variable name when it has one), the op
-that made it, shape, dtype and state, and -- for a lazy node -- the expression
-it will compute, in which other nodes appear by name. Lazy nodes that will run
-as one kernel are grouped: a dashed cluster in DOT, a shaded band in the PNG.
+that made it, shape, dtype and state, its gradient after backward (a leaf's,
+or one kept by ``retain_grad()``: shape, dtype and norm), and -- for a lazy
+node -- the expression it will compute, in which other nodes appear by name.
+Lazy nodes that will run as one kernel are grouped: a dashed cluster in DOT, a
+shaded band in the PNG.
 Arrows follow the data, from inputs to the ops that read them.
 
 ``draw`` needs no graphviz: layers are the longest path from an input, boxes
@@ -13,6 +15,8 @@ sit side by side in their layer, and matplotlib draws boxes and arrows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..tensor.explain import Names, caller_names
 from .explain import (
@@ -61,8 +65,11 @@ def graph_view(root, known: dict[int, str] | None = None) -> GraphView:
 
 
 def node_label(n, nodes: list, names: dict[int, str], known: dict[int, str]) -> list[str]:
-    """Name and op, shape and state, then (lazy nodes) the expression tree."""
+    """Name and op, shape and state, its gradient once backward filled one, then (lazy
+    nodes) the expression tree."""
     lines = [f"{names[id(n)]}: {node_op(n)}", f"{node_shape(n)} · {node_state(n)}"]
+    if n.grad is not None:
+        lines.append(grad_text(n.grad))
     if n.is_lazy:
         stop = node_values(nodes, names, n)
         tree = [r.text for r in node_tree(n, Names({**known, **stop}), stop)]
@@ -70,6 +77,13 @@ def node_label(n, nodes: list, names: dict[int, str], known: dict[int, str]) -> 
             tree = tree[:MAX_TREE_LINES - 1] + [f"… {len(tree) - MAX_TREE_LINES + 1} more"]
         lines += tree
     return lines
+
+
+def grad_text(grad) -> str:
+    """``grad (96, 80) float32 · norm 3.21``: a gradient's shape, dtype and L2 norm
+    (computed with NumPy on a copy's worth of memory: no kernel is run or counted)."""
+    values = np.asarray(grad.numpy(writable=False), dtype=np.float64)
+    return f"grad {node_shape(grad)} · norm {float(np.linalg.norm(values)):.4g}"
 
 
 # ---- DOT ---------------------------------------------------------------------------

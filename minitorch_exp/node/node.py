@@ -35,7 +35,7 @@ class Node:
     """A differentiable tensor, PyTorch-shaped: ``shape``, ``grad``, ``backward()``..."""
 
     __slots__ = ("_value", "_grad", "requires_grad", "grad_fn", "_lazy_ops", "_reads", "_guard",
-                 "_grad_sink", "__weakref__")
+                 "_grad_sink", "_retains_grad", "__weakref__")
     __array_priority__ = 200
     __hash__ = object.__hash__
 
@@ -50,6 +50,7 @@ class Node:
         self._reads = None  # a lazy value: the storages its tree reads (lazy_value)
         self._guard = None
         self._grad_sink = None  # set_grad_sink
+        self._retains_grad = False  # retain_grad
         if requires_grad:
             _check_float(value.dtype)
 
@@ -73,6 +74,11 @@ class Node:
         """The expression this Node holds, as it is (a lazy one is not computed): how
         tensor/explain.py names leaves after the Nodes holding them."""
         return self._value
+
+    def __exp_parts__(self) -> dict:
+        """Expressions this Node holds besides its value, by name: its gradient, which
+        explain and debug output call ``W.grad`` after a Node named ``W``."""
+        return {} if self._grad is None else {"grad": self._grad._value}
 
     def set_value(self, value: Tensor, *, move: bool = False) -> None:
         """Make the Tensor ``value`` this Node's value (for code that manages parameters).
@@ -113,12 +119,26 @@ class Node:
 
     @property
     def grad(self) -> Node | None:
-        """The gradient backward accumulated into this leaf (None until then)."""
+        """The gradient backward accumulated into this leaf, or into a node that
+        ``retain_grad()`` asked to keep one (None until then, and for other nodes)."""
         return self._grad
 
     @grad.setter
     def grad(self, value) -> None:
         self._grad = None if value is None else _checked_like(self, value, ".grad")
+
+    def retain_grad(self) -> None:
+        """Keep this intermediate node's gradient in ``.grad`` when backward runs
+        (accumulated by each backward, as a leaf's is); a leaf keeps one anyway."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on a tensor that does not require grad")
+        if not self.is_leaf:
+            self._retains_grad = True
+
+    @property
+    def retains_grad(self) -> bool:
+        """True for a non-leaf node after ``retain_grad()``."""
+        return self._retains_grad
 
     def realize(self) -> Node:
         _ = self.value  # evaluates a lazy value, once

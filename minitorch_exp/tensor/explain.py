@@ -462,6 +462,7 @@ def _kernel_summary(k: Kernel, names: Names) -> str:
 _RUNS = itertools.count(1)
 _COLLECTING: list[list[str]] = []  # collect_debug: lists taking the lines instead of print
 _NOTES: list = []                  # kernel_notes: what the kernels now running are for
+_NAMES: list = []                  # debug_names: names a level above gives to objects
 
 
 @contextlib.contextmanager
@@ -491,6 +492,27 @@ def kernel_notes(note):
         _NOTES.remove(note)
 
 
+@contextlib.contextmanager
+def debug_names(named: list[tuple[object, str]]):
+    """Debug lines of the kernels run inside call each object of the ``(object, name)``
+    pairs by its name (a tensor's views too: ``n2.T``)."""
+    _NAMES.append(named)
+    try:
+        yield
+    finally:
+        _NAMES.remove(named)
+
+
+def _debug_names() -> Names:
+    names = Names.of_caller()
+    for named in _NAMES:
+        for x, name in named:
+            names.known[id(x)] = name
+            if type(x) is Tensor:
+                names.add_tensor(x, name)
+    return names
+
+
 def _emit(text: str) -> None:
     if _COLLECTING:
         _COLLECTING[-1].append(text)
@@ -513,7 +535,7 @@ def debug_run(run, dst, e: Exp, saver: str) -> None:
     """
     number = next(_RUNS)
     name_storage(dst, f"#{number}", replace=False)
-    names = Names.of_caller()
+    names = _debug_names()
     s = split_named(e, names, dst.shape)
     compiles = _compiles(s.kernels[-1])
     seconds = _timed(dst.device, lambda: run(dst, e, saver))
@@ -528,7 +550,7 @@ def debug_group(run, items) -> None:
     number = next(_RUNS)
     compiles = _compiles(None)
     seconds = _timed(dst.device, run)
-    names = Names.of_caller()
+    names = _debug_names()
     parts = "; ".join(f"{names(d)} {saver} {_short(formula(e, names), 40)}"
                       for d, e, saver in items)
     line = (f"[mt #{number}] fused  {dst.device}/{device_backend(dst.device).name:<5} "
@@ -573,7 +595,7 @@ def debug_text(level: int, number: int, dst, e: Exp, saver: str, seconds: float,
                names: Names | None = None, s: Splitter | None = None,
                compiled: bool = False) -> str:
     """The debug lines of kernel ``number``, which wrote ``e`` into ``dst`` in ``seconds``."""
-    names = names or Names.of_caller()
+    names = names or _debug_names()
     s = s or split_named(e, names, dst.shape)
     k = s.kernels[-1]
     backend = device_backend(dst.device).name

@@ -182,10 +182,14 @@ class Names:
     def __call__(self, x) -> str:
         name = self.known.get(id(x))
         if name is None and isinstance(x, Tensor):
-            name = self.known[id(x)] = self._tensor_name(x)
+            name = self._tensor_name(x)
         if name is None:  # a placeholder that no split named
             name = self.auto.setdefault(id(x), f"{self.prefix}{len(self.auto) + 1}")
         return name
+
+    def add_tensor(self, t: Tensor, name: str) -> None:
+        """Call ``t``, and views of its memory, ``name`` (before other names for them)."""
+        self.bases.setdefault(id(t.storage), []).insert(0, (t, name))
 
     def _tensor_name(self, t: Tensor) -> str:
         for base, name in self.bases.get(id(t.storage), ()):
