@@ -84,10 +84,11 @@ class Backend(Protocol):
     def reduce(self, dst, e, saver: str, lowered: Lowered) -> Call | None:
         """``dst (saver)= e`` for a reduction ``e``, its input given as ``lowered``.
 
-        The backend reads only ``e.op``, ``e.axes``, ``e.shape``, ``e.dtype``,
-        ``e.kept_shape`` and its input's ``e.x.shape`` and ``e.x.dtype``: the input's
-        values come from ``lowered``, never from evaluating ``e.x``. Returns the
-        repeating call or None."""
+        The backend reads only ``e.reduction`` (the ``ops.ReduceDef`` row: what to
+        compute, from its fields, never by its name), ``e.axes``, ``e.shape``,
+        ``e.dtype``, ``e.kept_shape`` and its input's ``e.x.shape`` and ``e.x.dtype``:
+        the input's values come from ``lowered``, never from evaluating ``e.x``.
+        Returns the repeating call or None."""
 
 
 class EvaluatorLaunch:

@@ -275,19 +275,3 @@ def reduce_layout(x_shape: L.Shape, axes: tuple[int, ...], layouts: list[L.Layou
 
 def reduce_count(x_shape: L.Shape, axes: tuple[int, ...]) -> int:
     return math.prod(x_shape[d] for d in axes)
-
-
-def reduce_result_dtype(op: str, dtype: np.dtype) -> np.dtype:
-    """NumPy's result dtype: means are float, sums of ints and bools are int64."""
-    if op == "mean":
-        return dtypes.float_result(dtype)
-    if op == "sum" and dtype.kind in "bi":
-        return dtypes.int64
-    return dtype
-
-
-def accumulator_dtype(op: str, dtype: np.dtype) -> np.dtype:
-    """Sums accumulate in 64 bits (float32 sums in float64, for accuracy)."""
-    if op == "mean" or (op == "sum" and dtype.kind == "f"):
-        return dtypes.float64
-    return dtypes.int64 if op == "sum" else dtype

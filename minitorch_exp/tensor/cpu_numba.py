@@ -107,9 +107,11 @@ def numpy_is_faster(plan) -> bool:
     return found
 
 
-def _numpy_reduces_better(op: str, large: bool, plan) -> bool:
-    """argmax always; max/min (no vectorized NaN-aware compare) and costly Plans when large."""
-    return op == "argmax" or (large and (op in ("max", "min") or numpy_is_faster(plan)))
+def _numpy_reduces_better(reduction, large: bool, plan) -> bool:
+    """A row without a compiled form (``combine`` None: argmax) always; when large, any
+    fold but an add (max/min: no vectorized NaN-aware compare) and costly Plans."""
+    return reduction.combine is None or (
+        large and (reduction.combine != "add" or numpy_is_faster(plan)))
 
 
 #: (plan, saver, dst dtype, layouts, aliasing) -> its Launch, or None (the NumPy evaluator)
@@ -189,11 +191,12 @@ class NumbaBackend:
         plan, leaves, scalars = lowered
         elements = math.prod(e.x.shape)
         large = elements >= NUMPY_FROM
-        loops = None if _numpy_reduces_better(e.op, large, plan) else \
+        reduction = e.reduction
+        loops = None if _numpy_reduces_better(reduction, large, plan) else \
             reduce_loops(dst, e, leaves)
         kernel = None if loops is None else compiled_or_none(plan, lambda: reduce_kernel(
-            plan, e.op, len(loops.kept), len(loops.reduced), saver, loops.kinds, dst.dtype,
-            loops.by_columns))
+            plan, reduction, len(loops.kept), len(loops.reduced), saver, loops.kinds,
+            dst.dtype, loops.by_columns))
         if kernel is None:
             return self.fallback.reduce(dst, e, saver, lowered)
         count("cpu", "reduce")

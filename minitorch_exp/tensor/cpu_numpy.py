@@ -30,7 +30,6 @@ from .ops import OPS
 BLOCK = int(os.environ.get("MINITORCH_BLOCK", 1 << 18))
 
 SAVER_UFUNCS = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.true_divide}
-REDUCE_UFUNCS = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
 
 
 def _cast_to(dtype):
@@ -246,25 +245,25 @@ class NumpyBackend:
         return None
 
     def reduce(self, dst, e, saver: str, lowered: Lowered) -> None:
-        """Through ``ufunc.reduce``: whole when the input is a tensor or one block, else
-        block by block (``_blocked_reduce``). Always None: nothing to repeat as one call."""
+        """Through the ``reduce`` of the row's ``combine`` ufunc: whole when the input is a
+        tensor or one block, else block by block (``_blocked_reduce``); a row without
+        one (argmax) through its NumPy function. Always None: nothing to repeat as
+        one call."""
         count("cpu", "reduce")
-        x_shape = e.x.shape
+        x_shape, reduction = e.x.shape, e.reduction
         if dst.numel() == 0:
             return None
         # Results come out with the kept (size-1) dims; ``e.shape`` drops them, and
         # dst may be larger still (the result broadcasts into it).
-        if e.op == "argmax":
-            values = _materialize(lowered, e.x)
-            whole = len(e.axes) == len(x_shape) and len(x_shape) != 1
-            r = np.argmax(values, axis=None if whole else e.axes[0])
+        if reduction.combine is None:
+            r = reduction.numpy(_materialize(lowered, e.x), axis=numpy_axis(e))
             save(dst.array, r.reshape(e.shape), saver)
             return None
         if whole_tensor(lowered, x_shape) is not None or math.prod(x_shape) <= BLOCK:
-            r = _reduce_array(e.op, _materialize(lowered, e.x), e.axes, e.dtype)
+            r = _reduce_array(reduction, _materialize(lowered, e.x), e.axes, e.dtype)
         else:
             r = _blocked_reduce(e, lowered)
-        if e.op == "mean":
+        if reduction.divide:
             with np.errstate(invalid="ignore", divide="ignore"):  # empty: nan, as NumPy
                 r = r / math.prod(x_shape[a] for a in e.axes)
         save(dst.array, r.astype(e.dtype, copy=False).reshape(e.shape), saver)
@@ -275,10 +274,22 @@ def _matmul_into(a, b, out) -> None:
     np.matmul(a, b, out=out)
 
 
-def _reduce_array(op, values, axes, dtype):
-    ufunc = REDUCE_UFUNCS[op]
-    return ufunc.reduce(values, axis=axes, keepdims=True,
-                        dtype=None if op in ("max", "min") else dtype)
+def numpy_axis(e):
+    """``axis=`` for the reduction's NumPy function: a one-axis row takes None for all
+    axes of an input of two or more dims."""
+    if not e.reduction.one_axis:
+        return e.axes
+    whole = len(e.axes) == len(e.x.shape) and len(e.x.shape) != 1
+    return None if whole else e.axes[0]
+
+
+def _fold(reduction):
+    """The ufunc whose ``reduce`` folds values together: the row's ``combine`` op."""
+    return OPS[reduction.combine].numpy
+
+
+def _reduce_array(reduction, values, axes, dtype):
+    return _fold(reduction).reduce(values, axis=axes, keepdims=True, dtype=dtype)
 
 
 def _materialize(lowered: Lowered, x):
@@ -311,9 +322,8 @@ def _blocked_reduce(e, lowered: Lowered):
     ins = [strided_view(t.storage.data,
                         L.permute_layout(L.broadcast_layout(t.layout, x_shape), perm))
            for t in leaves]
-    ufunc = REDUCE_UFUNCS[e.op]
-    acc = None if e.op in ("max", "min") else e.dtype
-    result = np.empty(pshape[:n_kept], acc or e.x.dtype)
+    ufunc, acc = _fold(e.reduction), e.dtype
+    result = np.empty(pshape[:n_kept], acc)
     scratch = [scratch_buffer(dt, i) for i, dt in enumerate(sched.scratch)]
     values = scratch_buffer(e.x.dtype, len(scratch))
     for idx in blocks(pshape, BLOCK):

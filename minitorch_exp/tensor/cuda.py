@@ -50,8 +50,8 @@ from . import dtypes
 from . import layout as L
 from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
-from .cpu_numpy import overlaps
-from .ops import OPS
+from .cpu_numpy import numpy_axis, overlaps
+from .ops import OPS, ReduceDef
 
 THREADS = 256            # threads per block; a power of two (shared-memory tree)
 MAX_BLOCKS = 65535
@@ -148,41 +148,49 @@ def _kernel(name: str, params: list[str], lines: list[str], plan) -> str:
 
 # ---- reduction source --------------------------------------------------------
 
-def cuda_reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
-                       dst_dtype=None) -> str:
-    """CUDA source of the two reduction kernels for ``op`` (sum, mean, max, min)."""
-    result_dtype = C.reduce_result_dtype(op, plan.dtype)
+def cuda_reduce_source(plan, reduction: ReduceDef, n_kept: int, n_reduced: int,
+                       saver: str = "=", dst_dtype=None) -> str:
+    """CUDA source of the two kernels of ``reduction`` (a row of ``ops.REDUCTIONS`` with a
+    ``combine``: sum, mean, max, min), from the row's fields alone."""
+    result_dtype = reduction.result_dtype(plan.dtype)
     dst_dtype = np.dtype(dst_dtype or result_dtype)
-    acc = C.accumulator_dtype(op, plan.dtype)
-    partial = _partial_kernel(plan, op, n_kept, n_reduced, acc)
-    finish = _finish_kernel(plan, op, n_kept, saver, acc, result_dtype, dst_dtype)
+    acc = reduction.accumulator_dtype(plan.dtype)
+    partial = _partial_kernel(plan, reduction, n_kept, n_reduced, acc)
+    finish = _finish_kernel(plan, reduction, n_kept, saver, acc, result_dtype, dst_dtype)
     return partial + "\n" + finish
 
 
-def _identity(op: str, dtype) -> str:
-    if op in ("sum", "mean"):
-        return f"(({C.CUDA.type_name(dtype)})0)"
-    high = op == "min"
+#: Infinities by (dtype, positive), as bit patterns: CUDA C has no portable literal.
+_INFINITIES = {
+    (dtypes.float32, True): "__int_as_float(0x7f800000)",
+    (dtypes.float32, False): "__int_as_float(0xff800000)",
+    (dtypes.float64, True): "__longlong_as_double(0x7ff0000000000000LL)",
+    (dtypes.float64, False): "__longlong_as_double(0xfff0000000000000ULL)",
+}
+
+
+def _identity(reduction: ReduceDef, dtype) -> str:
+    """The accumulator's first value (``ReduceDef.identity_value``) as a CUDA literal."""
+    value = reduction.identity_value(dtype)
     if dtype == dtypes.bool_:
-        return "true" if high else "false"
-    if dtype == dtypes.float32:
-        return "__int_as_float(0x7f800000)" if high else "__int_as_float(0xff800000)"
-    if dtype == dtypes.float64:
-        return ("__longlong_as_double(0x7ff0000000000000LL)" if high
-                else "__longlong_as_double(0xfff0000000000000ULL)")
-    info = np.iinfo(dtype)
+        return "true" if value else "false"
+    if dtype.kind == "f" and np.isinf(value):
+        return _INFINITIES[dtype, bool(value > 0)]
     suffix = "LL" if dtype == dtypes.int64 else ""
-    return f"({info.max}{suffix})" if high else f"({info.min + 1}{suffix} - 1)"
+    if dtype.kind == "i" and value == np.iinfo(dtype).max:
+        return f"({value}{suffix})"
+    if dtype.kind == "i" and value == np.iinfo(dtype).min:
+        return f"({value + 1}{suffix} - 1)"  # the lowest has no literal: -(max) - 1
+    number = int(value) if float(value).is_integer() else float(value)
+    return f"(({C.CUDA.type_name(dtype)}){number!r})"
 
 
-def _combine(op: str, a: str, b: str, acc) -> str:
-    if op in ("sum", "mean"):
-        return f"({a} + {b})"
-    template = OPS["maximum" if op == "max" else "minimum"].cuda
-    return template.format(a, b, T=C.CUDA.type_name(acc))
+def _combine(reduction: ReduceDef, a: str, b: str, acc) -> str:
+    """``a`` and ``b`` folded together by the row's ``combine`` op."""
+    return OPS[reduction.combine].cuda.format(a, b, T=C.CUDA.type_name(acc))
 
 
-def _partial_kernel(plan, op, n_kept, n_reduced, acc) -> str:
+def _partial_kernel(plan, reduction, n_kept, n_reduced, acc) -> str:
     acc_t = C.CUDA.type_name(acc)
     params = [f"const {_INDEX} n_out", f"const {_INDEX} n_red", f"const {_INDEX} splits"]
     params += [f"const {_INDEX} k{d}" for d in range(n_kept)]
@@ -198,7 +206,7 @@ def _partial_kernel(plan, op, n_kept, n_reduced, acc) -> str:
         pos = _position(f"in{i}", "r", n_reduced, "j", base=f"in{i}_p")
         element.append(C.CUDA.declare(f"x{i}", dt, f"in{i}[{pos}]"))
     lines, result, _ = C.render_body(plan, C.CUDA)
-    element += lines + [f"acc = {_combine(op, 'acc', C.CUDA.convert(result, acc), acc)};"]
+    element += lines + [f"acc = {_combine(reduction, 'acc', C.CUDA.convert(result, acc), acc)};"]
     block = [
         f"const {_INDEX} split = b % splits;",
         *_unravel("b / splits", "i", "k", n_kept),
@@ -206,7 +214,7 @@ def _partial_kernel(plan, op, n_kept, n_reduced, acc) -> str:
     block += [f"const {_INDEX} in{i}_p = {_position(f'in{i}', 'k', n_kept, 'i')};"
               for i in range(plan.n_leaves)]
     block += [
-        f"{acc_t} acc = {_identity(op, acc)};",
+        f"{acc_t} acc = {_identity(reduction, acc)};",
         f"for ({_INDEX} r = split * ({_INDEX})blockDim.x + threadIdx.x; r < n_red; "
         f"r += splits * ({_INDEX})blockDim.x) {{",
         *["  " + line for line in element],
@@ -216,7 +224,7 @@ def _partial_kernel(plan, op, n_kept, n_reduced, acc) -> str:
         "for (unsigned int half = blockDim.x / 2; half > 0; half >>= 1) {",
         "  if (threadIdx.x < half) {",
         f"    shared[threadIdx.x] = "
-        f"{_combine(op, 'shared[threadIdx.x]', 'shared[threadIdx.x + half]', acc)};",
+        f"{_combine(reduction, 'shared[threadIdx.x]', 'shared[threadIdx.x + half]', acc)};",
         "  }",
         "  __syncthreads();",
         "}",
@@ -229,17 +237,17 @@ def _partial_kernel(plan, op, n_kept, n_reduced, acc) -> str:
     return _kernel("minitorch_partial", params, lines, plan)
 
 
-def _finish_kernel(plan, op, n_kept, saver, acc, result_dtype, dst_dtype) -> str:
+def _finish_kernel(plan, reduction, n_kept, saver, acc, result_dtype, dst_dtype) -> str:
     acc_t = C.CUDA.type_name(acc)
     params = [f"const {_INDEX} n_out", f"const {_INDEX} splits"]
     params += [f"const {_INDEX} k{d}" for d in range(n_kept)]
     params += [f"const {acc_t}* partial"] + _array_params("out", dst_dtype, n_kept, const=False)
     params += ["const double count"]
-    value = "acc / count" if op == "mean" else "acc"
+    value = "acc / count" if reduction.divide else "acc"
     body = [
-        f"{acc_t} acc = {_identity(op, acc)};",
+        f"{acc_t} acc = {_identity(reduction, acc)};",
         f"for ({_INDEX} s = 0; s < splits; ++s) {{",
-        f"  acc = {_combine(op, 'acc', 'partial[o * splits + s]', acc)};",
+        f"  acc = {_combine(reduction, 'acc', 'partial[o * splits + s]', acc)};",
         "}",
         *_unravel("o", "i", "k", n_kept),
         f"const {_INDEX} p = {_position('out', 's', n_kept, 'i')};",
@@ -291,9 +299,11 @@ class CudaBackend:
         return None
 
     def reduce(self, dst, e, saver: str, lowered: Lowered) -> None:
-        """Two kernels (``cuda_reduce_source``); argmax through CuPy. Always None."""
-        if e.op == "argmax":
-            self._argmax(dst, e, saver, lowered)
+        """Two kernels (``cuda_reduce_source``); a row without a ``combine`` (argmax)
+        through CuPy's function of its NumPy name. Always None."""
+        reduction = e.reduction
+        if reduction.combine is None:
+            self._through_cupy(dst, e, saver, lowered)
             return None
         count("cuda", "reduce")
         if dst.numel() == 0:
@@ -306,11 +316,12 @@ class CudaBackend:
         kshape, rshape, kstrides, rstrides = C.reduce_layout(
             x.shape, e.axes, [out_layout, *layouts[1:]])
         n_out, n_red = math.prod(kshape), math.prod(rshape)
-        module = self._module(("reduce", e.op, len(kshape), len(rshape), saver, dst.dtype.char),
-                              plan, lambda: cuda_reduce_source(plan, e.op, len(kshape),
-                                                               len(rshape), saver, dst.dtype))
+        module = self._module(
+            ("reduce", reduction.name, len(kshape), len(rshape), saver, dst.dtype.char), plan,
+            lambda: cuda_reduce_source(plan, reduction, len(kshape), len(rshape), saver,
+                                       dst.dtype))
         splits = max(1, min(-(-REDUCE_TARGET_BLOCKS // n_out), -(-n_red // (THREADS * 4))))
-        acc = self.cp.empty(n_out * splits, C.accumulator_dtype(e.op, plan.dtype))
+        acc = self.cp.empty(n_out * splits, reduction.accumulator_dtype(plan.dtype))
         args = [np.int64(n_out), np.int64(n_red), np.int64(splits)]
         args += [*map(np.int64, kshape), *map(np.int64, rshape), acc]
         for arr, lay, ks, rs in zip(arrays[1:], layouts[1:], kstrides[1:], rstrides):
@@ -340,12 +351,12 @@ class CudaBackend:
         else:
             _save(cp, dst.array, cp.matmul(a.array, b.array), saver)
 
-    def _argmax(self, dst, e, saver, lowered: Lowered) -> None:
+    def _through_cupy(self, dst, e, saver, lowered: Lowered) -> None:
         count("cuda", "reduce")
         values = self._values(lowered, e.x)
-        ndim = len(e.x.shape)
-        axis = None if len(e.axes) == ndim and ndim != 1 else e.axes[0]
-        _save(self.cp, dst.array, self.cp.argmax(values, axis=axis).reshape(dst.shape), saver)
+        reduce = getattr(self.cp, e.reduction.numpy.__name__)  # cp.argmax for np.argmax
+        r = reduce(values, axis=numpy_axis(e)).reshape(dst.shape)
+        _save(self.cp, dst.array, r, saver)
 
     def _values(self, lowered: Lowered, x):
         """A lowered input's values as an array of ``x``'s shape and dtype (a tensor:

@@ -65,10 +65,12 @@ def _np_name(ins) -> str:
 
 
 def _reduce_call(r: Reduce) -> str:
-    ufunc = {"sum": "add", "mean": "add", "max": "maximum", "min": "minimum"}.get(r.op)
-    if ufunc is None:
-        return f"np.{r.op}(vals, axis={r.axes})"
-    return f"np.{ufunc}.reduce(vals, axis={r.axes})" + (" / count" if r.op == "mean" else "")
+    """The NumPy call the block evaluator makes for ``r`` (``cpu_numpy.NumpyBackend.reduce``)."""
+    row = r.reduction
+    if row.combine is None:
+        return f"np.{row.numpy.__name__}(vals, axis={r.axes})"
+    fold = OPS[row.combine].numpy.__name__
+    return f"np.{fold}.reduce(vals, axis={r.axes})" + (" / count" if row.divide else "")
 
 
 def compiled_source(k: Kernel, dst, saver: str, target: str) -> list[str] | None:
@@ -95,12 +97,13 @@ def _source(k: Kernel, dst, saver, target, elementwise_source, reduce_source) ->
     plan, leaves, _ = k.planned()
     dst_dtype = dst.dtype if dst is not None else k.node.dtype
     if k.kind == "reduce":
-        if k.body.op == "argmax":
+        reduction = k.body.reduction
+        if reduction.combine is None:  # no kernel of its own (argmax): NumPy's or CuPy's
             return None
         n_kept, n_reduced, kinds, by_columns = _reduce_loops(k, leaves, dst, C)
         if target == "cuda":
-            return reduce_source(plan, k.body.op, n_kept, n_reduced, saver, dst_dtype)
-        return reduce_source(plan, k.body.op, n_kept, n_reduced, saver, kinds, dst_dtype,
+            return reduce_source(plan, reduction, n_kept, n_reduced, saver, dst_dtype)
+        return reduce_source(plan, reduction, n_kept, n_reduced, saver, kinds, dst_dtype,
                              by_columns)
     ndim, kinds = _loops(k, leaves, dst, C)
     if target == "cuda":

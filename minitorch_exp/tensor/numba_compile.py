@@ -61,11 +61,13 @@ def elementwise_kernel(plan, key, saver, kinds, dst_dtype):
     return _plan_kernel(plan, key, lambda: kernel_source(plan, key[1], saver, kinds, dst_dtype))
 
 
-def reduce_kernel(plan, op, n_kept, n_reduced, saver, kinds, dst_dtype, by_columns):
-    """The reduction's loops over the Plan, compiled once per structure."""
-    key = ("numba-reduce", op, n_kept, n_reduced, saver, kinds, dst_dtype.char, by_columns)
+def reduce_kernel(plan, reduction, n_kept, n_reduced, saver, kinds, dst_dtype, by_columns):
+    """The loops of ``reduction`` (a row of ``ops.REDUCTIONS``) over the Plan, compiled
+    once per structure."""
+    key = ("numba-reduce", reduction.name, n_kept, n_reduced, saver, kinds, dst_dtype.char,
+           by_columns)
     return _plan_kernel(plan, key, lambda: reduce_source(
-        plan, op, n_kept, n_reduced, saver, kinds, dst_dtype, by_columns))
+        plan, reduction, n_kept, n_reduced, saver, kinds, dst_dtype, by_columns))
 
 
 def _plan_kernel(plan, key, source):

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import codegen as C
 from . import dtypes
-from .ops import OPS
+from .ops import OPS, ReduceDef
 
 # ---- elementwise kernel source -----------------------------------------------
 
@@ -203,10 +203,11 @@ def _module_text(plans, functions: list[list[str]], fastmath: bool = False) -> s
 
 # ---- reduction kernel source -------------------------------------------------
 
-def reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
+def reduce_source(plan, reduction: ReduceDef, n_kept: int, n_reduced: int, saver: str = "=",
                   kinds: tuple[str, ...] | None = None, dst_dtype=None,
                   by_columns: bool = False) -> str:
-    """The Python module compiled for ``op`` (sum, mean, max, min) over a fused input.
+    """The Python module compiled for ``reduction`` (a row of ``ops.REDUCTIONS`` with a
+    ``combine``: sum, mean, max, min) over a fused input.
 
     Kept dims are the outer loops (one output each, ``prange`` over the first);
     reduced dims are the inner loops, accumulating into a local. With no kept
@@ -217,42 +218,46 @@ def reduce_source(plan, op: str, n_kept: int, n_reduced: int, saver: str = "=",
     row per chunk of the outermost reduced loop, so memory is read in order.
     ``kinds`` are the leaves' stride kinds (``1`` or ``s``) in the innermost loop.
 
-    Sums compile with ``fastmath={"reassoc"}``: without it LLVM must add in
+    Everything that tells reductions apart comes from the row's fields: its
+    accumulator's first value (``identity``), how a value folds in (``combine``),
+    the result and accumulator dtypes, and whether the result is divided by the
+    count (``divide``). Sums (``combine`` add) compile with ``fastmath={"reassoc"}``:
+    without it LLVM must add in
     order, one element per add latency; with it the float64 accumulation is
     vectorized (faster than NumPy's pairwise float32 sum). The fused body may
     then be reassociated too, which changes results only within rounding.
     """
     kinds = kinds or ("1",) * plan.n_leaves
-    result_dtype = C.reduce_result_dtype(op, plan.dtype)
+    result_dtype = reduction.result_dtype(plan.dtype)
     dst_dtype = np.dtype(dst_dtype or result_dtype)
-    spec = _ReduceSpec(plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype,
-                       by_columns)
+    spec = _ReduceSpec(plan, reduction, n_kept, n_reduced, saver, kinds, result_dtype,
+                       dst_dtype, by_columns)
     functions = [spec.function(name, parallel)
                  for name, parallel in (("serial", False), ("parallel", True))]
-    return _module_text([plan], functions, fastmath=op in ("sum", "mean"))
+    return _module_text([plan], functions, fastmath=reduction.combine == "add")
 
 
-def _identity(op: str, dtype: np.dtype) -> str:
-    if op in ("sum", "mean"):
-        return f"{C.PYTHON.type_name(dtype)}(0)"
+def _identity(reduction: ReduceDef, dtype: np.dtype) -> str:
+    """The accumulator's first value (``ReduceDef.identity_value``) as Python source."""
+    value = reduction.identity_value(dtype)
     if dtype == dtypes.bool_:
-        return "False" if op == "max" else "True"
-    if dtype.kind == "i":
-        info = np.iinfo(dtype)
-        return f"{C.PYTHON.type_name(dtype)}({info.min if op == 'max' else info.max})"
-    return f"{C.PYTHON.type_name(dtype)}({'-' if op == 'max' else ''}np.inf)"
+        return str(bool(value))
+    if dtype.kind == "f" and np.isinf(value):
+        return f"{C.PYTHON.type_name(dtype)}({'-' if value < 0 else ''}np.inf)"
+    number = int(value) if float(value).is_integer() else float(value)
+    return f"{C.PYTHON.type_name(dtype)}({number!r})"
 
 
 class _ReduceSpec:
     """Everything one reduction kernel's source depends on."""
 
-    def __init__(self, plan, op, n_kept, n_reduced, saver, kinds, result_dtype, dst_dtype,
-                 by_columns):
-        self.plan, self.op, self.saver = plan, op, saver
+    def __init__(self, plan, reduction, n_kept, n_reduced, saver, kinds, result_dtype,
+                 dst_dtype, by_columns):
+        self.plan, self.reduction, self.saver = plan, reduction, saver
         self.n_kept, self.n_reduced, self.kinds = n_kept, n_reduced, kinds
         self.by_columns = by_columns
         self.result_dtype, self.dst_dtype = result_dtype, dst_dtype
-        self.acc_dtype = C.accumulator_dtype(op, plan.dtype)
+        self.acc_dtype = reduction.accumulator_dtype(plan.dtype)
         self.leaves = [f"in{i}" for i in range(plan.n_leaves)]
 
     def params(self) -> list[str]:
@@ -289,7 +294,7 @@ class _ReduceSpec:
         lines.append(_loop(depth, "c", "chunks", parallel))
         lines += self._accumulate(depth + 1, base, chunked=True)
         lines.append(_pad(depth + 1) + "partial[c] = acc")
-        lines.append(_pad(depth) + f"acc = {_identity(self.op, self.acc_dtype)}")
+        lines.append(_pad(depth) + f"acc = {_identity(self.reduction, self.acc_dtype)}")
         lines.append(_loop(depth, "c", "chunks", False))
         lines += [_pad(depth + 1) + line for line in self._combine("partial[c]")]
         return lines + [_pad(depth) + line for line in self._store(base["out"])]
@@ -303,7 +308,7 @@ class _ReduceSpec:
                  _pad(1) + "step = (r0 + chunks - 1) // chunks",
                  _loop(1, "c", "chunks", parallel),
                  _pad(2) + "row = partial[c]",
-                 _pad(2) + f"row[:] = {_identity(self.op, self.acc_dtype)}"]
+                 _pad(2) + f"row[:] = {_identity(self.reduction, self.acc_dtype)}"]
         base = {arr: f"{arr}_o" for arr in self.leaves}
         depth = 2
         for d in range(self.n_reduced):
@@ -326,7 +331,7 @@ class _ReduceSpec:
         out = {"out": "out_o"}
         lines += self._kept_loops(1, out, self.n_kept)
         lines += [_pad(1 + self.n_kept) + line for line in (
-            self._flat_index(), f"acc = {_identity(self.op, self.acc_dtype)}",
+            self._flat_index(), f"acc = {_identity(self.reduction, self.acc_dtype)}",
             "for c in range(chunks):",
             *["    " + line for line in self._combine("partial[c, a]")],
             *self._store(out["out"]))]
@@ -354,7 +359,7 @@ class _ReduceSpec:
         return f"a = np.uint64({index})"
 
     def _accumulate(self, depth, base, chunked: bool) -> list[str]:
-        lines = [_pad(depth) + f"acc = {_identity(self.op, self.acc_dtype)}"]
+        lines = [_pad(depth) + f"acc = {_identity(self.reduction, self.acc_dtype)}"]
         base = dict(base)
         inner = self.n_reduced - 1
         for d in range(self.n_reduced):
@@ -376,15 +381,17 @@ class _ReduceSpec:
         return lines + [_pad(depth) + line for line in body]
 
     def _combine(self, value: str, acc: str = "acc") -> list[str]:
-        """Fold ``value`` into ``acc``; max and min propagate NaN as NumPy does."""
+        """Fold ``value`` into ``acc`` with the row's ``combine`` op (maximum and minimum
+        propagate NaN as NumPy does); an add is the plain ``acc + v`` that reassoc
+        vectorizes."""
         v = f"v = {C.PYTHON.convert(value, self.acc_dtype)}"
-        if self.op in ("sum", "mean"):
+        if self.reduction.combine == "add":
             return [v, f"{acc} = {acc} + v"]
-        op = OPS["maximum" if self.op == "max" else "minimum"]
+        op = OPS[self.reduction.combine]
         return [v, f"{acc} = " + C.PYTHON.apply(op, ["v", acc], self.acc_dtype)]
 
     def _store(self, out_base: str) -> list[str]:
-        value = C.PYTHON.convert("acc / count" if self.op == "mean" else "acc",
+        value = C.PYTHON.convert("acc / count" if self.reduction.divide else "acc",
                                  self.result_dtype)
         return [f"p = np.uint64({out_base})",
                 _store(self.saver, value, self.result_dtype, self.dst_dtype)]

@@ -19,7 +19,7 @@ import pytest
 import minitorch_exp.tensor as mt
 from minitorch_exp.tensor import cuda as K
 from minitorch_exp.tensor.expr import as_exp
-from minitorch_exp.tensor.ops import OPS
+from minitorch_exp.tensor.ops import OPS, REDUCTIONS
 from minitorch_exp.tensor.plan import make_plan
 
 from ..devices import requires_gpu
@@ -75,8 +75,8 @@ def reduce_cases():
             e = leaf(dtype) if dtype == "bool" else leaf(dtype) * 2
             plan = make_plan(e, e.ndim)[0]
             for n_kept, n_reduced, saver in ((0, 1, "="), (1, 1, "+="), (2, 3, "*=")):
-                cases.append((f"{op}_{dtype}_{n_kept}{n_reduced}", plan, op, n_kept, n_reduced,
-                              saver))
+                cases.append((f"{op}_{dtype}_{n_kept}{n_reduced}", plan, REDUCTIONS[op],
+                              n_kept, n_reduced, saver))
     return cases
 
 

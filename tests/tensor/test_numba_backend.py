@@ -32,6 +32,7 @@ from minitorch_exp.tensor import cpu_numba  # noqa: E402
 from minitorch_exp.tensor.backends import pip_tbb_path  # noqa: E402
 from minitorch_exp.tensor.explain import explain  # noqa: E402
 from minitorch_exp.tensor.expr import as_exp  # noqa: E402
+from minitorch_exp.tensor.ops import REDUCTIONS  # noqa: E402
 from minitorch_exp.tensor.plan import make_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -471,7 +472,7 @@ def test_kernel_source_is_readable():
     assert "def serial(" in src and "def parallel(" in src and "prange(n0)" in src
     assert "t1 = " in src and "out[p] = " in src
     compile(src, "<kernel>", "exec")
-    reduce_src = cpu_numba.reduce_source(plan, "sum", 1, 1)
+    reduce_src = cpu_numba.reduce_source(plan, REDUCTIONS["sum"], 1, 1)
     compile(reduce_src, "<reduce>", "exec")
 
 
