@@ -7,7 +7,9 @@ A small graph is built one step at a time and drawn (``graph.png``, and
 ``gradcheck`` compares with finite differences; a chain of elementwise backward
 rules fuses into single kernels (counted with and without ``mt.fusion``);
 ``no_grad`` keeps an update out of the graph; a custom ``Function`` joins in;
-and ``detect_anomaly`` points at the line that made a NaN.
+``detect_anomaly`` points at the line that made a NaN; and
+``explain(loss, backward=True)`` shows each gradient rule and the kernels that
+compute them, with ``retain_grad`` keeping an intermediate gradient.
 """
 
 from __future__ import annotations
@@ -136,8 +138,9 @@ def sgd_step(W, b) -> None:
     finally:
         mt.set_debug(0)
     extra = k.total - 2
-    why = (f", and {extra} for lazy values of the old graph that still read W or b: they are "
-           "realized before the write, so laziness never shows in a result") if extra else ""
+    why = (f", and {extra} that compute 0.1 * W.grad and 0.1 * b.grad first: gradcheck read "
+           "the gradients with .numpy(), and a lazy value does not wait to read memory that "
+           "NumPy may write unannounced") if extra else ""
     say(f"""
 
         {k.total} kernels: one fused saver pass per parameter{why}.
@@ -194,6 +197,33 @@ def anomaly() -> None:
         the op, its inputs and the line of your code that created it.""")
 
 
+# ---- 8. backward made visible --------------------------------------------------------------
+
+def backward_visible() -> None:
+    section("8. Backward made visible: explain(loss, backward=True) and retain_grad")
+    mt.manual_seed(0)
+    x = mt.randn(256, 64, dtype=mt.float64)  # large enough to stay lazy and fuse
+    W = mt.randn(64, 32, dtype=mt.float64, requires_grad=True)  # noqa: N806
+    h = (x @ W).tanh()
+    h.retain_grad()
+    loss = (h * h).mean()
+    say("""
+        h = (x @ W).tanh(); h.retain_grad(); loss = (h * h).mean(). explain(loss,
+        backward=True) runs the backward into scratch tensors and lists each rule in
+        the order backward runs it, the gradient expression it builds, and the
+        kernels each step ran (their debug lines name the rules they compute):""")
+    print(mt.explain(loss, backward=True))
+    untouched = W.grad is None and h.grad is None
+    with mt.count_kernels() as k:
+        loss.backward()
+    by_hand = 2 * h.numpy() / h.numel()
+    say(f"""
+
+        The dry run left every .grad as it was (W.grad and h.grad still None: {untouched});
+        loss.backward() then ran {k.total} kernels, the ones listed. h.grad, kept by
+        retain_grad(), equals d(loss)/dh = 2h / n: {np.allclose(h.grad.numpy(), by_hand)}.""")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/tours"))
@@ -208,6 +238,7 @@ def main(argv=None) -> None:
     sgd_step(W, b)
     custom_function()
     anomaly()
+    backward_visible()
     section("Done")
     print(f"Files written to {args.out}/")
 

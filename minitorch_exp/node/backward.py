@@ -108,12 +108,12 @@ def _propagate(ctx, g: Exp, grads: dict, trace=None) -> None:
     for inp, need, ig in zip(ctx.inputs, ctx.needs_input_grad, input_grads):
         if not need or ig is None:
             continue
+        if trace is not None:  # as the rule built it, before anything computes it
+            trace.built(g, inp, ig)
         ig = ig._value if isinstance(ig, Node) else as_exp(ig)
         if ig.shape != inp.shape:
             raise RuntimeError(f"{ctx.name}.backward returned a gradient of shape "
                                f"{ig.shape} for an input of shape {inp.shape}")
-        if trace is not None:
-            trace.built(g, inp, ig)
         if count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS:
             ig = realize(ig)
         prev = grads.get(id(inp))

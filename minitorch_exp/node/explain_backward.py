@@ -102,7 +102,7 @@ def _step_text(i: int, step: Step, node_name, seen: set[int]) -> list[str]:
 
 def _formula(e, names: Names) -> str:
     if not isinstance(e, Exp):  # below the fusion threshold: an array, computed at once
-        return f"an array {tuple(e.shape)} computed at once with NumPy (node/eager.py)"
+        return f"{type(e).__name__} {tuple(getattr(e, 'shape', ()))}, computed at once"
     return formula(e, names)
 
 

@@ -86,7 +86,10 @@ class BackwardTrace:
         self._open(Step(node, rule, g))
 
     def built(self, g, inp, ig) -> None:
-        """The running rule read ``g`` and built ``ig``, the gradient of its input ``inp``."""
+        """The running rule read ``g`` and built ``ig``, the gradient of its input ``inp``
+        (as the rule returned it: a Node's expression is read, nothing computed)."""
+        if hasattr(type(ig), "__exp__"):
+            ig = ig.__exp__()
         if len(self._rules) == 1 and type(g) is Tensor:  # the gradient backward starts from
             name_after(g, self._node, "grad({})")
         if isinstance(ig, Exp):
