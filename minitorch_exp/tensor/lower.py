@@ -84,6 +84,21 @@ def fused_body(e: Exp, visitor: Visitor, consumer) -> Exp:
     return e
 
 
+def evaluated(e: Exp, visitor: Visitor) -> Exp | None:
+    """``e`` evaluated into a new tensor without a kernel of its own, or None.
+
+    Only a view that could not be pushed down has one: its base is a boundary
+    (``visitor.temporary``), then viewed, and when that view is contiguous it
+    already is the value -- no copy pass (``engine.evaluate`` and ``Splitter`` both
+    ask here; tests/tensor/test_lowering.py pins it). Otherwise a kernel writes
+    ``e`` into the new tensor.
+    """
+    if type(e) is not ViewExp:
+        return None
+    view = visitor.view(e)
+    return view if view.is_contiguous() else None
+
+
 def operand(x: Exp, visitor: Visitor) -> Exp:
     """A matmul operand: BLAS reads memory, so anything lazy is computed first."""
     if x.kind == RVALUE:
@@ -177,17 +192,22 @@ class Splitter(Visitor):
     def temporary(self, e: Exp, cut: str) -> Tensor:
         t = self.temps.get(id(e))
         if t is None:
-            k = self.kernel(e, cut)
-            t = self.temps[id(e)] = Tensor.meta(e.shape, e.dtype)
-            t.device = e.device
-            self.labels[id(t)] = k.name
+            t = evaluated(e, self)
+            if t is None:
+                k = self.kernel(e, cut)
+                t = Tensor.meta(e.shape, e.dtype)
+                t.device = e.device
+                self.labels[id(t)] = k.name
+            self.temps[id(e)] = t
         return t
 
 
 def split(e: Exp, loop_shape=None) -> Splitter:
-    """The kernels that evaluating ``e`` (into a tensor of ``loop_shape``) will run, in order."""
+    """The kernels that writing ``e`` into a tensor of ``loop_shape`` runs, in order; with
+    no ``loop_shape``, those that evaluating it into a new tensor runs (``evaluated``)."""
     s = Splitter()
-    s.kernel(e, loop_shape=loop_shape)
+    if loop_shape is not None or evaluated(e, s) is None:
+        s.kernel(e, loop_shape=loop_shape)
     return s
 
 

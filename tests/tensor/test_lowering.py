@@ -31,7 +31,8 @@ leaves = st.integers(0, 3).map(_leaf)
 
 
 def _combine(children):
-    unary = st.sampled_from(["tanh", "exp_small", "times2", "T", "sum0", "sum1", "cast"])
+    unary = st.sampled_from(["tanh", "exp_small", "times2", "T", "sum0", "sum1", "cast",
+                             "reshape"])
     binary = st.sampled_from(["add", "mul", "matmul"])
     return st.one_of(
         st.tuples(unary, children).map(lambda t: _apply1(*t)),
@@ -51,6 +52,8 @@ def _apply1(op, node):
         return e.T, a.T
     if op == "cast":
         return e.astype("float32").astype("float64"), a.astype(np.float32).astype(np.float64)
+    if op == "reshape":  # a view of a view: no copy where the first one is contiguous
+        return e.T.reshape(N * N).reshape(N, N) * 3.0, a.T.reshape(N * N).reshape(N, N) * 3.0
     axis = int(op[-1])
     return e.sum(axis, keepdims=True) + e, a.sum(axis, keepdims=True) + a
 
@@ -81,3 +84,31 @@ def test_split_lists_the_kernels_the_engine_runs(tree, saver):
     counted = {kind: n for kind, n in ran.counts.items() if kind != "total" and n}
     assert counted == dict(planned), (kernels, ran.counts)
     np.testing.assert_allclose(dst.numpy(), want, rtol=1e-5)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees)
+def test_split_without_a_destination_lists_the_kernels_evaluate_runs(tree):
+    """``split(e)`` with no loop shape is ``evaluate(e)`` (what realizing a Node runs): a
+    view over a computed base that is already contiguous is the result, no copy."""
+    e, want = tree
+    if isinstance(e, T.Tensor):
+        return
+    planned = Counter(k.kind for k in split(e).kernels)
+    with T.count_kernels() as ran:
+        got = T.evaluate(e)
+    assert {kind: n for kind, n in ran.counts.items() if kind != "total" and n} == \
+        dict(planned)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
+
+
+def test_a_view_of_a_computed_base_costs_no_copy():
+    x = T.from_numpy(np.arange(16.0).reshape(N, N))
+    for view, kernels in [(lambda f: f, 1), (lambda f: f.reshape(N, N) + 1.0, 2),
+                          (lambda f: f.reshape(2, 8), 1)]:
+        flat = (x * 2.0).T.reshape(N * N)  # its base, computed, is laid out as viewed
+        e = view(flat)
+        assert len(split(e).kernels) == kernels
+        with T.count_kernels() as ran:
+            T.evaluate(e)
+        assert ran.total == kernels
