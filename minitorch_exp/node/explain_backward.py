@@ -25,7 +25,7 @@ from ..tensor.names import Names
 from ..tensor.tensor import Tensor
 from .backward import backward
 from .explain import node_graph, node_names
-from .trace import _ACTIVE, BackwardTrace, Step, rule_name
+from .trace import BackwardTrace, Step, explaining, rule_name
 
 
 def backward_steps(root, describe=None) -> list[Step]:
@@ -33,13 +33,9 @@ def backward_steps(root, describe=None) -> list[Step]:
     (run into scratch: no ``.grad`` changes; the graph is kept). ``describe(step,
     input, gradient)`` gives the text kept for each gradient a rule builds."""
     trace = BackwardTrace(dry=True, record=True, device=root.device.type, describe=describe)
-    _ACTIVE.append(trace)
-    try:
-        with collect_debug() as lines:
-            trace.lines = lines
-            backward(root, retain_graph=True)
-    finally:
-        _ACTIVE.remove(trace)
+    with explaining(trace), collect_debug() as lines:
+        trace.lines = lines
+        backward(root, retain_graph=True)
     return trace.steps
 
 

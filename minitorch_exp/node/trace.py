@@ -15,6 +15,7 @@ keeps every step for ``explain`` (node/explain_backward.py).
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass, field
 
 from ..tensor import counters, creation
@@ -23,8 +24,23 @@ from ..tensor.expr import RVALUE, Exp
 from ..tensor.names import name_after
 from ..tensor.tensor import Tensor
 
-#: explain's recording traces, innermost last, while explain runs a backward.
-_ACTIVE: list = []
+
+class _Local(threading.local):
+    def __init__(self):
+        self.traces: list = []  # explain's traces, innermost last, while it runs a backward
+
+
+_LOCAL = _Local()
+
+
+@contextlib.contextmanager
+def explaining(trace: BackwardTrace):
+    """Backward passes this thread starts inside the block use ``trace``."""
+    _LOCAL.traces.append(trace)
+    try:
+        yield trace
+    finally:
+        _LOCAL.traces.remove(trace)
 
 
 @dataclass(eq=False)
@@ -40,10 +56,11 @@ class Step:
 
 
 def trace_for_pass():
-    """The trace of a backward pass starting now: explain's while it runs one, else one
-    that names rules in debug lines when the debug level is set, else None."""
-    if _ACTIVE:
-        return _ACTIVE[-1]
+    """The trace of a backward pass starting now: explain's while it runs one in this
+    thread, else one that names rules in debug lines when the debug level is set, else
+    None."""
+    if _LOCAL.traces:
+        return _LOCAL.traces[-1]
     return BackwardTrace() if counters.DEBUG else None
 
 

@@ -36,6 +36,7 @@ import contextlib
 import itertools
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass
 
@@ -460,52 +461,71 @@ def _kernel_summary(k: Kernel, names: Names) -> str:
 
 
 _RUNS = itertools.count(1)
-_COLLECTING: list[list[str]] = []  # collect_debug: lists taking the lines instead of print
-_NOTES: list = []                  # kernel_notes: what the kernels now running are for
-_NAMES: list = []                  # debug_names: names a level above gives to objects
+
+
+class _Local(threading.local):
+    """This thread's collectors, notes and names (``collect_debug``, ``kernel_notes``,
+    ``debug_names``): another thread's kernels are not part of them."""
+
+    def __init__(self):
+        self.collecting: list[list[str]] = []
+        self.notes: list = []
+        self.names: list = []
+
+
+_LOCAL = _Local()
+_RAISED = {"count": 0, "level": 0}  # collect_debug blocks running (any thread), level before
+_RAISED_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
 def collect_debug():
-    """Run the block at debug level 1 or more and collect its kernels' debug lines in
-    the list yielded instead of printing them. What runs is what runs without debug
-    (the same kernels, counted the same), so a level above can show what ran."""
+    """Run the block at debug level 1 or more and collect this thread's kernels' debug
+    lines in the list yielded instead of printing them. What runs is what runs without
+    debug (the same kernels, counted the same), so a level above can show what ran."""
     lines: list[str] = []
-    old = counters.DEBUG
-    counters.DEBUG = max(old, 1)  # no set_debug: nothing kept at level 0 goes stale
-    _COLLECTING.append(lines)
+    with _RAISED_LOCK:  # no set_debug: nothing kept at level 0 goes stale
+        if not _RAISED["count"]:
+            _RAISED["level"] = counters.DEBUG
+        _RAISED["count"] += 1
+        counters.DEBUG = max(counters.DEBUG, 1)
+    _LOCAL.collecting.append(lines)
     try:
         yield lines
     finally:
-        _COLLECTING.remove(lines)
-        counters.DEBUG = old
+        _LOCAL.collecting.remove(lines)
+        with _RAISED_LOCK:
+            _RAISED["count"] -= 1
+            if not _RAISED["count"]:
+                counters.DEBUG = _RAISED["level"]
 
 
 @contextlib.contextmanager
 def kernel_notes(note):
     """``note(e) -> str`` adds ``(text)`` to the debug line of each kernel computing ``e``
-    inside the block: a level above says what it is for (``backward of tanh, mul``)."""
-    _NOTES.append(note)
+    inside the block (this thread's): a level above says what it is for (``backward of
+    tanh, mul``)."""
+    _LOCAL.notes.append(note)
     try:
         yield
     finally:
-        _NOTES.remove(note)
+        _LOCAL.notes.remove(note)
 
 
 @contextlib.contextmanager
 def debug_names(named: list[tuple[object, str]]):
-    """Debug lines of the kernels run inside call each object of the ``(object, name)``
-    pairs by its name (a tensor's views too: ``n2.T``)."""
-    _NAMES.append(named)
+    """Debug lines of the kernels run inside (this thread's) call each object of the
+    ``(object, name)`` pairs by its name (a tensor's views too: ``n2.T``)."""
+    _LOCAL.names.append(named)
     try:
         yield
     finally:
-        _NAMES.remove(named)
+        _LOCAL.names.remove(named)
 
 
 def _debug_names() -> Names:
     names = Names.of_caller()
-    for named in _NAMES:
+    for named in _LOCAL.names:
         for x, name in named:
             names.known[id(x)] = name
             if type(x) is Tensor:
@@ -514,14 +534,15 @@ def _debug_names() -> Names:
 
 
 def _emit(text: str) -> None:
-    if _COLLECTING:
-        _COLLECTING[-1].append(text)
-    else:
+    if _LOCAL.collecting:
+        _LOCAL.collecting[-1].append(text)
+    elif not _RAISED["count"] or _RAISED["level"]:  # not only raised by another's collect
         print(text, flush=True)
 
 
 def _note(e) -> str:
-    text = _NOTES[-1](e) if _NOTES else ""
+    notes = _LOCAL.notes
+    text = notes[-1](e) if notes else ""
     return f"  ({text})" if text else ""
 
 

@@ -135,3 +135,34 @@ def test_a_node_that_does_not_require_grad_is_refused():
 def test_an_expression_takes_no_backward():
     with pytest.raises(TypeError, match="backward= is for a Node"):
         mt.explain(mt.randn(64, 80).__exp__() * 2, backward=True)
+
+
+def test_another_threads_backward_is_real_while_one_explains(capsys):
+    import threading
+
+    reached, release = threading.Event(), threading.Event()
+
+    class Wait(mt.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            reached.set()
+            release.wait(30)
+            return g
+
+    a = mt.randn(64, 80, requires_grad=True)
+    waiting = Wait.apply(a).sum()
+    explained = []
+    thread = threading.Thread(target=lambda: explained.append(waiting.explain(backward=True)))
+    thread.start()
+    assert reached.wait(30)          # the explaining thread is inside its dry backward
+    x, W, b, h, loss = _mlp()
+    loss.backward()                  # this thread's: real, silent
+    release.set()
+    thread.join(30)
+    assert W.grad is not None and a.grad is None
+    assert capsys.readouterr().out == ""
+    assert re.search(r"\d\. n1\.grad = grad\(n1\)", explained[0])  # a: no name in that thread
