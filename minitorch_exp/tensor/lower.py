@@ -29,9 +29,6 @@ from .tensor import Tensor
 class Visitor:
     """What the walk does at a boundary, at a node computed before, and at a view."""
 
-    #: Rebuild maps and casts even when no input changed (a private copy of the tree).
-    copy_always = False
-
     def reused(self, e: Exp) -> Exp:
         """``e`` was computed before: what its consumers read (its tensor)."""
         return e.realized
@@ -57,7 +54,7 @@ def root_body(e: Exp, visitor: Visitor) -> Exp:
         return e.rebuild((operand(e.a, visitor), operand(e.b, visitor)))
     if t is Reduce:
         x = fused_body(e.x, visitor, e)
-        return e.rebuild((x,)) if visitor.copy_always or x is not e.x else e
+        return e.rebuild((x,)) if x is not e.x else e
     return fused_body(e, visitor, None)
 
 
@@ -79,7 +76,7 @@ def fused_body(e: Exp, visitor: Visitor, consumer) -> Exp:
     visitor.member(e)
     children = e.children()
     walked = tuple([fused_body(c, visitor, e) for c in children])
-    if visitor.copy_always or any(x is not y for x, y in zip(walked, children)):
+    if any(x is not y for x, y in zip(walked, children)):
         return e.rebuild(walked)
     return e
 

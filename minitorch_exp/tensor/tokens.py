@@ -55,22 +55,6 @@ class LeafToken:
         return f"LeafToken({self.char!r}, {self.layout}, {self.is_dst_storage})"
 
 
-def keep(table: dict, key, value, limit: int = 4096):
-    """``table[key] = value``, returning ``value``: the one rule of every memo on the
-    statement path, which is cleared when it holds more than ``limit`` entries -- a
-    bounded memo, not a leak, whatever the program does."""
-    if len(table) > limit:
-        table.clear()
-    table[key] = value
-    return value
-
-
-def memo(table: dict, key, make, limit: int = 4096):
-    """``table[key]``, made by ``make()`` and kept (``keep``) the first time."""
-    found = table.get(key, False)  # False, not None: None is a value worth keeping
-    return keep(table, key, make(), limit) if found is False else found
-
-
 _INTERNED = memo_table("tokens.interned", 1 << 16)
 NOT_DST, DST, TREE = 0, 1, 2  # the positions in a tensor's ``leaf_tokens``
 
@@ -82,7 +66,7 @@ def opaque_token(shape, dtype, device) -> TreeToken:
 
 
 def _intern(facts: tuple, make):
-    token = _INTERNED.get(facts)  # ``memo`` spelled out: this runs for every new tensor
+    token = _INTERNED.get(facts)  # ``Memo.memo`` spelled out: this runs for every new tensor
     return _INTERNED.keep(facts, make()) if token is None else token
 
 
