@@ -223,3 +223,17 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(
                 f"FAILED: {', '.join(over)} went over {limit:.0f} MiB ({LIMIT_ENV}); "
                 "a test is keeping memory it should let go", red=True, bold=True)
+
+
+# ---- fixtures ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def fuse_all():
+    """Every Node op kept lazy (fusion threshold 0), whatever its size: for tests that
+    count kernels, check laziness or compare fused kernels bit for bit on small tensors,
+    which below the default threshold are computed at once with NumPy (node/eager.py)."""
+    from minitorch_exp.node.grad_mode import get_fusion_threshold, set_fusion_threshold
+    old = get_fusion_threshold()
+    set_fusion_threshold(0)
+    yield
+    set_fusion_threshold(old)

@@ -9,15 +9,22 @@ it reaches a leaf (or a dot, or a reduction). Two rules keep that honest:
   broadcast scaled), which each consumer recomputes for less than a pass costs;
 * a gradient expression that grows past ``MAX_FUSED_OPS`` ops is realized, so
   kernels and recursion stay bounded however long the chain.
+
+Below the fusion threshold nothing waits: gradients are computed at once and
+travel as NumPy arrays (node/eager.py), summed and written into ``.grad`` with
+NumPy.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..tensor import creation
-from ..tensor.engine import assign, realize
+from ..tensor.engine import assign
 from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
 from ..tensor.graphwalk import post_order
-from . import anomaly, capture
+from . import anomaly, capture, eager
+from .eager import realize
 from .node import MAX_FUSED_OPS, Node, count_ops
 from .trace import trace_for_pass
 
@@ -37,12 +44,14 @@ def _grad_inputs(node: Node) -> list[Node]:
     return [p for p in ctx.inputs if isinstance(p, Node) and p.requires_grad]
 
 
-def _initial_grad(root: Node, grad) -> Exp:
+def _initial_grad(root: Node, grad):
     if grad is None:
         if root.numel() != 1:
             raise RuntimeError(
                 f"backward() without a gradient needs a single-element output, got shape "
                 f"{root.shape}; pass grad= (e.g. mt.ones_like(out)) or reduce it with .sum()")
+        if eager.computes_now(root._value):
+            return np.ones(root.shape, root.dtype)
         return creation.ones(root.shape, dtype=root.dtype, device=root.device)
     g = grad._value if isinstance(grad, Node) else as_exp(grad)
     if g.shape != root.shape:
@@ -64,7 +73,7 @@ def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
 
 
 def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
-    grads: dict[int, Exp] = {id(root): _initial_grad(root, grad)}
+    grads: dict[int, Exp | np.ndarray] = {id(root): _initial_grad(root, grad)}
     for node in topological_order(root):
         g = grads.pop(id(node), None)
         if g is None:
@@ -81,7 +90,10 @@ def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
             g = _retain(node, g, trace)
         if trace is not None:
             trace.step(node, g)
-        if g.kind == COMPLEX and not (type(g) is Dot and ctx.fn.transposes_products):
+        if type(g) is np.ndarray:  # computed at once (node/eager.py): nothing to realize
+            if not ctx.fn.array_grads:
+                g = eager.wrap(g)
+        elif g.kind == COMPLEX and not (type(g) is Dot and ctx.fn.transposes_products):
             # a dot or reduction is a boundary: every backward rule would evaluate it into a
             # temporary anyway, and unrealized, a chain of them nests without bound
             # (tests/node/test_backward.py::test_long_chain_of_non_elementwise_ops)
@@ -110,20 +122,35 @@ def _propagate(ctx, g: Exp, grads: dict, trace=None) -> None:
             continue
         if trace is not None:  # as the rule built it, before anything computes it
             trace.built(g, inp, ig)
-        ig = ig._value if isinstance(ig, Node) else as_exp(ig)
+        ig = _term(ig)
         if ig.shape != inp.shape:
             raise RuntimeError(f"{ctx.name}.backward returned a gradient of shape "
                                f"{ig.shape} for an input of shape {inp.shape}")
-        if count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS:
-            ig = realize(ig)
         prev = grads.get(id(inp))
-        if prev is not None:
-            # a node with many consumers sums many terms: keep that sum bounded too
-            # (tests/node/test_backward.py::test_node_with_thousands_of_consumers)
-            ig = prev + ig
-            if count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS:
-                ig = realize(ig)
-        grads[id(inp)] = ig
+        grads[id(inp)] = ig if prev is None else _sum(prev, ig)
+
+
+def _term(ig):
+    """A gradient a backward returned, as backward carries it: an array (computed at
+    once), or an expression -- computed now below the fusion threshold, realized when
+    its chain grows past ``MAX_FUSED_OPS``."""
+    if type(ig) is np.ndarray:
+        return ig
+    ig = ig._value if isinstance(ig, Node) else as_exp(ig)
+    if ig.kind != RVALUE and (eager.computes_now(ig)
+                              or count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS):
+        ig = realize(ig)
+    return ig
+
+
+def _sum(prev, ig):
+    """Two gradients of one Node added: at once when either was computed so, else lazily,
+    realized past ``MAX_FUSED_OPS`` -- a node with many consumers sums many terms
+    (tests/node/test_backward.py::test_node_with_thousands_of_consumers)."""
+    if type(prev) is np.ndarray or type(ig) is np.ndarray or eager.computes_now(ig):
+        return eager.add(prev, ig)
+    total = prev + ig
+    return realize(total) if count_ops(total, MAX_FUSED_OPS) >= MAX_FUSED_OPS else total
 
 
 def _accumulate(leaf: Node, g, trace=None):
@@ -133,6 +160,9 @@ def _accumulate(leaf: Node, g, trace=None):
         leaf = trace.accumulate(leaf, g)
     if capture.grad_log() is not None:  # a captured function's eager runs: see capture.py
         capture.note_grad(leaf)
+    if type(g) is np.ndarray or (g.kind == RVALUE and eager.computes_now(g)):
+        _accumulate_now(leaf, eager.as_array(g))
+        return g
     if leaf.grad is None:
         dst, saver = leaf.grad_buffer, "="
         if dst is None:
@@ -157,3 +187,20 @@ def _retain(node: Node, g, trace):
         g = realize(g)
     _accumulate(node, g, trace)
     return g
+
+
+def _accumulate_now(leaf: Node, g: np.ndarray) -> None:
+    """``_accumulate`` with NumPy, for a gradient computed at once (node/eager.py)."""
+    grad = leaf._grad
+    if grad is None:
+        dst = leaf.grad_buffer
+        if dst is None:  # a copy: g may be another leaf's gradient too (``a + b``)
+            leaf._grad = Node(eager.wrap(np.array(g, dtype=leaf.dtype)))
+            return
+        leaf._grad = Node(dst)
+    dst = leaf._grad.value
+    dst.storage.before_write()
+    if grad is None:
+        np.copyto(dst.array, g, casting="same_kind")
+    else:
+        np.add(dst.array, g, out=dst.array, casting="same_kind")

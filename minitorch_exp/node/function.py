@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 
 from ..tensor.expr import RVALUE, Exp
+from ..tensor.tensor import Tensor
 from . import anomaly
 from .grad_mode import fusion_enabled, is_grad_enabled
 
@@ -53,6 +54,15 @@ class Context:
         if not self.keeps_graph:
             return
         self._saved = values
+        versions = []
+        for v in values:  # the everyday case, an op computed now: tensors and numbers
+            if type(v) is Tensor:
+                versions.append((v.storage, v.storage.version))
+            elif isinstance(v, Exp) and v.kind != RVALUE:
+                break
+        else:
+            self._versions = tuple(versions)
+            return
         storages = _storages(values, self.known_reads)
         self._versions = tuple((s, s.version) for s in storages)
         for v in values:  # what the output reads is among these: lazy_value need not walk
@@ -129,6 +139,9 @@ class Function:
     #: A backward that only transposes its gradient may receive an unevaluated matrix
     #: product: ``(A @ B).T`` becomes ``B.T @ A.T``, written by BLAS in the right layout.
     transposes_products = False
+    #: Its backward takes a NumPy array as the gradient and may return arrays (an op
+    #: computed now, node/eager.py); others get a Tensor.
+    array_grads = False
 
     @classmethod
     def apply(cls, *args, **attrs):

@@ -1,16 +1,44 @@
-"""Whether operations are recorded in the graph: ``no_grad`` and ``enable_grad``.
+"""Whether operations are recorded in the graph (``no_grad``, ``enable_grad``) and fused.
 
-Both modes here (grad mode and fusion) belong to the thread that sets them, as
-grad mode does in PyTorch: ``no_grad()`` in one thread leaves another thread
-recording, and a new thread starts with grad enabled and fusion on, whatever
-the thread that started it was doing.
+The modes here (grad mode, fusion and the fusion threshold) belong to the thread
+that sets them, as grad mode does in PyTorch: ``no_grad()`` in one thread leaves
+another thread recording, and a new thread starts with grad enabled, fusion on
+and the default threshold, whatever the thread that started it was doing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import operator
+import os
 import threading
+
+#: Elements below which a CPU op is computed at once with NumPy instead of kept lazy
+#: (node/eager.py): measured by ``benchmarks/bench_eager.py --sweep``, where a chain of
+#: lazy ops starts to beat the same ops computed one by one (docs/eager.md).
+MEASURED_FUSION_THRESHOLD = 4096
+THRESHOLD_ENV = "MINITORCH_FUSION_THRESHOLD"
+
+
+def _checked_threshold(n, what: str) -> int:
+    """``n`` as a threshold: a whole number of elements >= 0, else a ValueError naming
+    ``what``."""
+    try:
+        value = int(n) if isinstance(n, str) else operator.index(n)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value < 0:
+        raise ValueError(f"{what}: the fusion threshold is a whole number of elements "
+                         f">= 0 (0 fuses every op), got {n!r}")
+    return value
+
+
+def _default_threshold() -> int:
+    value = os.environ.get(THRESHOLD_ENV, "").strip()
+    if not value:
+        return MEASURED_FUSION_THRESHOLD
+    return _checked_threshold(value, f"{THRESHOLD_ENV}={value!r}")
 
 
 class _Modes(threading.local):
@@ -18,6 +46,7 @@ class _Modes(threading.local):
 
     grad = True
     fusion = True
+    threshold = _default_threshold()
 
 
 _modes = _Modes()
@@ -70,16 +99,35 @@ def fusion_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def fusion(enabled: bool = True):
-    """``with mt.fusion(False):`` realizes every op eagerly (for comparison and debugging)."""
-    old = _modes.fusion
+def fusion(enabled: bool = True, *, threshold: int | None = None):
+    """``with mt.fusion(False):`` realizes every op eagerly (for comparison and debugging);
+    ``with mt.fusion(threshold=0):`` keeps even the smallest ops lazy, to fuse
+    (``set_fusion_threshold``)."""
+    old = _modes.fusion, _modes.threshold
+    if threshold is not None:
+        _modes.threshold = _checked_threshold(threshold, "fusion(threshold=...)")
     _modes.fusion = enabled
     try:
         yield
     finally:
-        _modes.fusion = old
+        _modes.fusion, _modes.threshold = old
 
 
 # For the calling thread only, like the rest of this module (a new thread starts fusing).
 def set_fusion(enabled: bool) -> None:
     _modes.fusion = bool(enabled)
+
+
+def get_fusion_threshold() -> int:
+    """Elements below which this thread computes a CPU op at once instead of fusing it."""
+    return _modes.threshold
+
+
+def set_fusion_threshold(n: int | None) -> None:
+    """Compute CPU ops of fewer than ``n`` elements at once with NumPy (0: fuse every op;
+    None: back to the default, ``MINITORCH_FUSION_THRESHOLD`` or the measured one).
+    For the calling thread only, like the other modes."""
+    if n is None:
+        vars(_modes).pop("threshold", None)  # the class attribute, the default, shows
+        return
+    _modes.threshold = _checked_threshold(n, "set_fusion_threshold")

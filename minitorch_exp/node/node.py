@@ -17,12 +17,13 @@ import numpy as np
 
 from ..tensor import creation, dtypes
 from ..tensor.device import as_device
-from ..tensor.engine import assign, realize
+from ..tensor.engine import assign
 from ..tensor.expr import RVALUE, Exp, Map, as_exp
 from ..tensor.ops import OPS
 from ..tensor.tensor import Tensor
 from ..tensor.tensor import from_numpy as tensor_from_numpy
 from ..tensor.tensor import tensor as make_tensor
+from . import eager
 from .function import _storages
 from .grad_mode import is_grad_enabled
 
@@ -60,7 +61,7 @@ class Node:
         """The realized Tensor (evaluating a lazy expression once)."""
         v = self._value
         if v.kind != RVALUE:
-            t = self._value = realize(v)
+            t = self._value = eager.realize(v)
             self._lazy_ops = 0
             self._reads = None
             shared = _realized_into(v, t.storage)
@@ -406,14 +407,17 @@ def _realized_into(e: Exp, storage) -> list:
 
 
 def lazy_value(value: Exp, lazy: bool, parents, known_reads: dict) -> Node:
-    """Wrap a Function's result: keep an elementwise expression lazy, or realize it now.
+    """Wrap a Function's result: keep an elementwise expression lazy, or realize it now
+    (and at once, with NumPy, below the fusion threshold: node/eager.py).
 
     ``known_reads``: the storages each lazy parent's tree reads, by ``id`` of the tree.
     """
     if value.kind == RVALUE:
         return Node(value)
     if not lazy:
-        return Node(realize(value))
+        return Node(eager.realize(value))
+    if eager.computes_now(value):
+        return Node(value).realize()  # kept on write if the tree is shared (Node.value)
     ops = 1 + sum(p._lazy_ops for p in parents if isinstance(p, Node) and p.is_lazy)
     if ops > MAX_FUSED_OPS:
         for p in parents:
@@ -423,7 +427,7 @@ def lazy_value(value: Exp, lazy: bool, parents, known_reads: dict) -> Node:
     reads = _storages([value], known_reads)
     for storage in reads:
         if storage.shared:  # writable from outside, unannounced: read it now
-            return Node(realize(value))
+            return Node(eager.realize(value))
     node = Node(value)
     node._lazy_ops = ops
     node._reads = reads

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from ..tensor import capture, creation, dtypes
-from ..tensor.engine import evaluate_copy, realize
+from ..tensor.engine import evaluate_copy
 from ..tensor.expr import Dot, Exp, Reduce, apply_op, as_exp
 from ..tensor.layout import (
     broadcast_shapes,
@@ -31,7 +31,8 @@ from ..tensor.layout import (
 )
 from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
-from . import promotion
+from . import eager, promotion
+from .eager import realize  # at once with NumPy below the fusion threshold, else fused
 from .function import Function
 from .node import Node, install_methods
 
@@ -49,13 +50,20 @@ class _Op(Function):
 # ---- elementwise -------------------------------------------------------------------
 
 class Elementwise(Function):
-    """Any registered elementwise op; its backward is the op's derivative expression."""
+    """Any registered elementwise op; its backward is the op's derivative expression.
+
+    Below the fusion threshold both run at once on NumPy arrays (node/eager.py):
+    forward the row's NumPy form, backward its derivative.
+    """
 
     lazy = True
+    array_grads = True
 
     @staticmethod
     def forward(ctx, *values, op: str):
-        out = apply_op(op, *values)
+        out = eager.apply(OPS[op], values)
+        if out is None:
+            out = apply_op(op, *values)
         ctx.save_for_backward(*values, out)
         return out
 
@@ -66,7 +74,9 @@ class Elementwise(Function):
         if op.derivative is None:
             raise RuntimeError(f"op {op.name!r} has no derivative; pass derivative= to "
                                "register_op to differentiate through it")
-        return op.derivative(g, out, *(as_exp(a) for a in args))
+        if type(out) is Tensor and op.builtin and eager.computes_now(out):
+            return eager.derivative(op, g, out, args)
+        return op.derivative(eager.to_tensor(g), out, *(as_exp(a) for a in args))
 
 
 def elementwise(op: str, *args) -> Node:

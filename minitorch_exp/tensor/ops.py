@@ -139,17 +139,45 @@ def _clip(x, lo, hi, out=None):
 
 # ---- derivatives: each next to the op it belongs to (see module docstring) ----
 # They import expression helpers lazily to keep ops.py free of expr.py at import.
+# A built-in rule also runs on NumPy arrays (tensors) and Python numbers: the Node
+# level computes ops below its fusion threshold at once (node/eager.py), backward too.
 
 @functools.cache
-def _e():
+def _expr():
     from . import expr
     return expr
+
+
+class _RowForms:
+    """Each row's NumPy form by name (``ROW_FORMS.where(c, a, b)``)."""
+
+    def __getattr__(self, name: str) -> Callable:
+        return OPS[name].numpy
+
+
+ROW_FORMS = _RowForms()
+
+
+def _e(g):
+    """Where a derivative finds ``where``, ``log``, ``sign``...: for an expression
+    gradient ``g``, expr's functions, building the backward pass's trees; for an
+    array, each row's own NumPy form."""
+    e = _expr()
+    return e if isinstance(g, e.Exp) else ROW_FORMS
+
+
+def _number(x):
+    """The value of a Python-number operand (a weak Scalar in an expression, the
+    number itself beside arrays); None for a tensor."""
+    if type(x) is _expr().Scalar:
+        return x.value
+    return x if type(x) in (int, float, bool) else None
 
 
 def check_power(base, exponent) -> None:
     """NumPy's rule, applied when the op is built: an integer or bool base to a negative
     integer power (a number known now) is a ValueError; an integer cannot hold 1/2."""
-    value = exponent.value if type(exponent) is _e().Scalar else exponent
+    value = exponent.value if type(exponent) is _expr().Scalar else exponent
     if isinstance(value, (int, np.integer)) and value < 0 and base.dtype.kind in "biu":
         raise ValueError(f"pow: Integers to negative integer powers are not allowed (NumPy's "
                          f"rule): a {base.dtype.name} base to the power {value}; make the "
@@ -174,25 +202,27 @@ def _d_div(g, out, a, b):
 
 def _d_pow(g, out, a, b):
     # PyTorch's rules (a Python number operand gets no gradient):
-    e = _e()
-    ga = None if type(a) is e.Scalar else _d_pow_base(e, g, a, b)
-    gb = None if type(b) is e.Scalar else _d_pow_exponent(e, g, out, a, b)
+    e = _e(g)
+    ga = None if _number(a) is not None else _d_pow_base(e, g, a, b)
+    gb = None if _number(b) is not None else _d_pow_exponent(e, g, out, a, b)
     return ga, gb
 
 
 def _d_pow_base(e, g, a, b):
     """``b * a ** (b - 1)``, and 0 where ``b == 0`` (``x ** 0`` is flat, even at 0)."""
-    if type(b) is e.Scalar:
-        return g * 0.0 if b.value == 0 else g * b.value * a ** (b.value - 1)
+    n = _number(b)
+    if n is not None:
+        return g * 0.0 if n == 0 else g * n * a ** (n - 1)
     return e.where(b == 0, 0, g * b * a ** (b - 1))
 
 
 def _d_pow_exponent(e, g, out, a, b):
     """``a ** b * log(a)`` (nan for a < 0), and 0 where ``a == 0`` and ``b >= 0``."""
-    if type(a) is e.Scalar:  # log computed here: a weak number keeps g's dtype
+    n = _number(a)
+    if n is not None:  # log computed here: a weak number keeps g's dtype
         with np.errstate(all="ignore"):
-            log_a = float(np.log(a.value))
-        return g * e.where(b >= 0, 0, out * log_a) if a.value == 0 else g * out * log_a
+            log_a = float(np.log(n))
+        return g * e.where(b >= 0, 0, out * log_a) if n == 0 else g * out * log_a
     return g * e.where((a == 0) & (b >= 0), 0, out * e.log(a))
 
 
@@ -201,7 +231,7 @@ def _d_neg(g, out, a):
 
 
 def _d_abs(g, out, a):
-    e = _e()
+    e = _e(g)
     return (g * e.where(a == a, e.sign(a), 0),)  # PyTorch's sgn: 0 at nan
 
 
@@ -226,32 +256,32 @@ def _d_sigmoid(g, out, a):
 
 
 def _d_relu(g, out, a):
-    return (_e().where(a <= 0, 0, g),)  # as PyTorch: nan passes the gradient on
+    return (_e(g).where(a <= 0, 0, g),)  # as PyTorch: nan passes the gradient on
 
 
 def _d_maximum(g, out, a, b):
     # PyTorch's rule: half each at a tie, none to the smaller; a nan operand compares
     # false both ways, so both sides get the whole gradient
-    e = _e()
+    e = _e(g)
     half = e.where(a == b, g * 0.5, g)
     return e.where(a < b, 0, half), e.where(b < a, 0, half)
 
 
 def _d_minimum(g, out, a, b):
-    e = _e()
+    e = _e(g)
     half = e.where(a == b, g * 0.5, g)
     return e.where(a > b, 0, half), e.where(b > a, 0, half)
 
 
 def _d_where(g, out, c, a, b):
-    e = _e()
+    e = _e(g)
     return None, e.where(c, g, 0), e.where(c, 0, g)
 
 
 def _d_clip(g, out, x, lo, hi):
     # As torch.clamp: x gets g only where lo <= x <= hi holds, so a NaN x or a NaN
     # bound gets 0; a bound gets g where the value is that bound (hi when lo > hi).
-    e = _e()
+    e = _e(g)
     inside = (x >= lo) & (x <= hi)
     return (e.where(inside, g, 0), e.where((x < lo) & (lo < hi), g, 0),
             e.where((x > hi) | (hi < lo), g, 0))
@@ -335,7 +365,7 @@ _ERF: dict = {}
 
 
 def _d_erf(g, out, a):
-    return (g * (2.0 / np.sqrt(np.pi)) * _e().exp(-(a * a)),)
+    return (g * (2.0 / np.sqrt(np.pi)) * _e(g).exp(-(a * a)),)
 
 
 define_builtin("erf", 1, _erf, "erf({0})", "math.erf({0})", result="float",
@@ -343,11 +373,11 @@ define_builtin("erf", 1, _erf, "erf({0})", "math.erf({0})", result="float",
 
 
 def _d_sin(g, out, a):
-    return (g * _e().cos(a),)
+    return (g * _e(g).cos(a),)
 
 
 def _d_cos(g, out, a):
-    return (-g * _e().sin(a),)
+    return (-g * _e(g).sin(a),)
 
 
 def _d_tan(g, out, a):
@@ -443,7 +473,7 @@ def _d_extremum(g, x, out, axes, count):
     from .engine import realize
     hit = x == out
     ties = realize(hit.astype(x.dtype).sum(axes, True))
-    return _e().where(hit, g / ties.broadcast_to(x.shape), 0)
+    return _e(g).where(hit, g / ties.broadcast_to(x.shape), 0)
 
 
 REDUCTIONS: dict[str, ReduceDef] = {r.name: r for r in [

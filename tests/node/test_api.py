@@ -112,6 +112,7 @@ def test_detach_shares_storage_with_a_leaf():
     np.testing.assert_array_equal(d.numpy(), [2.0, 3.0])
 
 
+@pytest.mark.usefixtures("fuse_all")  # lazy values on tiny tensors
 def test_detach_of_a_lazy_value_shares_storage_too():
     for fused in (True, False):
         with mt.fusion(fused):

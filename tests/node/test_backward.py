@@ -257,6 +257,7 @@ SAVING_OPS = {
 }
 
 
+@pytest.mark.usefixtures("fuse_all")  # "div" saves a lazy value (see the comment below)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", sorted(SAVING_OPS))
 @pytest.mark.parametrize("write", WRITES)

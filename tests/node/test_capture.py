@@ -30,6 +30,9 @@ from minitorch_exp.tensor import capture
 from ..devices import DEVICES, tolerance
 
 F = nn.functional
+# The same kernels both ways, even on tensors below the fusion threshold (node/eager.py
+# would compute the eager twin with NumPy, equal only to rounding).
+pytestmark = pytest.mark.usefixtures("fuse_all")
 
 OPTIMIZERS = {
     "sgd_momentum": lambda params: nn.optim.SGD(params, lr=0.1, momentum=0.9),

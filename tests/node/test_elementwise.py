@@ -304,6 +304,7 @@ def test_user_op_gradcheck_and_torch(user_ops, device, shp, la, lb, seed):
                            lambda a, b: torch.hypot(a, b) * a ** 3, [a, b], seed=seed)
 
 
+@pytest.mark.usefixtures("fuse_all")  # numba compiles (and falls back on) fused ops only
 @pytest.mark.parametrize("device", DEVICES)
 def test_user_op_without_derivative_fails_at_backward(user_ops, device):
     x = leaf([1.0, 2.0], device=device)
@@ -314,6 +315,7 @@ def test_user_op_without_derivative_fails_at_backward(user_ops, device):
         y.sum().backward()
 
 
+@pytest.mark.usefixtures("fuse_all")  # numba compiles (and falls back on) fused ops only
 def test_user_op_is_gone_after_unregister():
     mt.register_op("tmp_u", lambda x, out=None: np.add(x, 1, out=out), "({0} + 1)",
                    derivative=lambda g, out, a: (g,))

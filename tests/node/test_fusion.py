@@ -16,6 +16,9 @@ from minitorch_exp.node.node import MAX_FUSED_OPS
 
 from ._helpers import compare_with_torch, layouts, leaf, seeds, shapes, values
 
+# Fusion itself, on tensors small enough to read: none is computed at once (node/eager.py).
+pytestmark = pytest.mark.usefixtures("fuse_all")
+
 
 def test_elementwise_results_are_lazy_only_with_fusion_on():
     x = mt.randn(3, 4, requires_grad=True)

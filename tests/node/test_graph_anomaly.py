@@ -40,6 +40,7 @@ def test_node_graph_lists_inputs_before_consumers():
     assert nodes[-1] is y
 
 
+@pytest.mark.usefixtures("fuse_all")  # lazy values on tiny tensors
 def test_lazy_chain_is_one_group():
     *_, h, y = _mlp()
     nodes, consumers = node_graph(y)
@@ -60,6 +61,7 @@ def test_value_read_by_two_kernels_joins_neither():
     assert not any(has(g, shared) for g in groups)
 
 
+@pytest.mark.usefixtures("fuse_all")  # lazy values on tiny tensors
 def test_value_read_twice_inside_one_kernel_joins_it():
     a = mt.randn(4, requires_grad=True)
     t = a.tanh()
@@ -71,6 +73,7 @@ def test_value_read_twice_inside_one_kernel_joins_it():
 
 # ---- DOT ---------------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("fuse_all")  # lazy values on tiny tensors
 def test_to_dot_structure():
     x, W, b, h, y = _mlp()
     dot = mt.to_dot(y)
@@ -110,6 +113,7 @@ def test_layers_put_each_node_below_its_inputs():
 
 # ---- explain on a Node ------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("fuse_all")  # lazy values on tiny tensors
 def test_explain_node_shows_graph_groups_and_expression():
     x, W, b, h, y = _mlp()
     text = y.explain()
@@ -123,6 +127,7 @@ def test_explain_node_shows_graph_groups_and_expression():
     assert mt.explain(y) == text
 
 
+@pytest.mark.usefixtures("fuse_all")  # lazy values on tiny tensors
 def test_explain_node_after_a_reduction_ran():
     *_, y = _mlp()
     loss = y.mean()

@@ -52,6 +52,7 @@ def test_set_value_takes_only_a_tensor():
         p.set_value(mt.randn(2))
 
 
+@pytest.mark.usefixtures("fuse_all")  # lazy values on tiny tensors
 def test_set_value_on_a_lazy_node_ends_its_laziness():
     a = mt.randn(3)
     y = a * 2 + 1
@@ -99,6 +100,7 @@ def test_grads_in_sinks_sees_a_replaced_value_and_a_missing_grad():
 
 # ---- __exp__: how explain names a Node's value -----------------------------------------------
 
+@pytest.mark.usefixtures("fuse_all")  # lazy values on tiny tensors
 def test_a_node_names_its_value_in_explain():
     weights = mt.randn(4, requires_grad=True)
     lazy = weights * 2

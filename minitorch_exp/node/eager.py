@@ -1,0 +1,230 @@
+"""Below the fusion threshold an op is computed at once with NumPy: no tree, no Plan.
+
+Laziness pays when a fused pass saves more than keeping the op lazy costs:
+building and checking its tree, interning tokens, finding a Plan and a launch,
+tracking what the lazy value reads. On a few thousand elements that
+bookkeeping costs more than the passes over memory it saves
+(``benchmarks/bench_eager.py --sweep`` finds the crossover; docs/eager.md shows
+it). So an op on fewer elements than the thread's fusion threshold
+(``grad_mode.get_fusion_threshold``) runs here, with its row of the registry
+(tensor/ops.py): forward, the row's NumPy form on arrays; backward, the row's
+derivative on arrays (``derivative``). The Node holds a plain Tensor, and
+gradients travel through backward as NumPy arrays.
+
+Not computed here: work on a GPU (there every op is a kernel launch, lazy or
+not, and fusing is what saves launches) and anything while a capture records
+(a replay repeats kernels only).
+
+Other values below the threshold -- a bias added after a matrix product, a
+gradient built by a Function's backward -- are expressions evaluated by
+``evaluate``: a walk of the tree calling each node's NumPy form.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from ..tensor import capture as recording
+from ..tensor import dtypes
+from ..tensor.caches import memo_table
+from ..tensor.device import CPU
+from ..tensor.engine import realize as fuse
+from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
+from ..tensor.layout import contiguous
+from ..tensor.ops import OpDef
+from ..tensor.storage import Storage
+from ..tensor.tensor import Tensor
+from .grad_mode import _modes
+
+# The compiled kernels run silently on a NaN or a division by zero; computed here with
+# NumPy, the same ops stay silent (rules run on arrays in tensor/ops.py, ops here).
+for _module in (r"minitorch_exp\.node\.eager", r"minitorch_exp\.tensor\.ops"):
+    warnings.filterwarnings("ignore", r".* encountered in ", RuntimeWarning, _module)
+
+_NUMBERS = (int, float, bool)
+_WEAK = {float: 1.0, int: 1, bool: True}  # what a Python number is to dtype promotion
+#: (op name, each operand's dtype or Python type) -> the registry's result dtype
+_DTYPES = memo_table("eager.dtypes", 4096)
+_LAYOUTS = memo_table("eager.layouts", 4096)  # shape -> its contiguous Layout
+
+
+def threshold() -> int:
+    """This thread's fusion threshold, in elements."""
+    return _modes.threshold
+
+
+def computes_now(e: Exp) -> bool:
+    """Whether an op whose work is the size of ``e`` runs now (see the module docstring)."""
+    return ((e.device is CPU or e.device == CPU) and math.prod(e.shape) < _modes.threshold
+            and recording.active() is None)
+
+
+# ---- forward: an elementwise op of the registry ---------------------------------------
+
+def apply(row: OpDef, values) -> Tensor | None:
+    """``row`` computed now on ``values`` (Tensors and Python numbers); None when laziness
+    pays, an operand is an expression, or NumPy refuses (the lazy path then answers)."""
+    arrays, first = [], None
+    for v in values:
+        if type(v) is Tensor:
+            arrays.append(v.array)
+            if first is None:
+                first = v
+        elif type(v) in _NUMBERS:
+            arrays.append(v)
+        elif isinstance(v, np.generic) and v.dtype.kind in "biuf":
+            arrays.append(v.item())  # a NumPy scalar is a Python number (as_exp)
+        else:
+            return None
+    if first is None or not computes_now(first):
+        return None
+    if row.check is not None:
+        row.check(*(v if isinstance(v, Exp) else Scalar(a) for v, a in zip(values, arrays)))
+    try:
+        result = row.numpy(*arrays)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    if not row.builtin:
+        result = _own(result, arrays)
+    dtype = _result_dtype(row, arrays)
+    if result.dtype != dtype:
+        result = result.astype(dtype)
+    return wrap(result)
+
+
+def _result_dtype(row: OpDef, arrays) -> np.dtype:
+    """The registry's dtype for ``row`` over these operands (as tensor/expr.py's maps)."""
+    key = (row.name, *[type(a) if type(a) in _NUMBERS else a.dtype for a in arrays])
+    dtype = _DTYPES.get(key)
+    if dtype is None:
+        dtype = _DTYPES.keep(key, row.result_dtype([_WEAK.get(k, k) for k in key[1:]]))
+    return dtype
+
+
+def wrap(arr) -> Tensor:
+    """A new CPU Tensor owning ``arr``, an array NumPy just made (a NumPy scalar for a 0-d
+    result); no copy when it is C-contiguous."""
+    if type(arr) is not np.ndarray:
+        arr = np.asarray(arr)
+    elif not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    if arr.dtype not in dtypes.SUPPORTED:
+        arr = arr.astype(dtypes.default_dtype_for(arr))
+    flat = arr.reshape(-1)
+    t = Tensor.__new__(Tensor)
+    layout = _LAYOUTS.get(arr.shape)
+    if layout is None:
+        layout = _LAYOUTS.keep(arr.shape, contiguous(arr.shape))
+    t._init_layout(Storage(flat, CPU), layout, arr.dtype, CPU)
+    t._array = (flat, arr)  # what Tensor.array would make: the view of flat as arr
+    return t
+
+
+# ---- backward: a row's derivative on arrays --------------------------------------------
+
+def derivative(row: OpDef, g, out: Tensor, args) -> tuple:
+    """The gradients of ``row``'s operands, computed now: its derivative run on NumPy
+    arrays (``g``: an array or a Tensor) and Python numbers. Each is a new array, or
+    ``g`` itself where the rule passes it on (``add``)."""
+    garr = g if type(g) is np.ndarray else as_array(g)
+    arrays = [a.array if type(a) is Tensor else a for a in args]
+    grads = row.derivative(garr, out.array, *arrays)
+    return tuple(g if r is garr else r if r is None or type(r) is np.ndarray
+                 else as_array(r) for r in grads)
+
+
+def is_array(g) -> bool:
+    return type(g) is np.ndarray
+
+
+def to_tensor(g):
+    """A gradient as a backward rule that builds expressions reads it: an array (made
+    here, owned by nobody else) wrapped as a Tensor; anything else as it is."""
+    return wrap(g) if type(g) is np.ndarray else g
+
+
+def as_array(x) -> np.ndarray:
+    """``x`` (an array, a NumPy scalar, a Tensor or a small expression) as an ndarray."""
+    if type(x) is np.ndarray:
+        return x
+    if type(x) is Tensor:
+        return x.array
+    return np.asarray(_eval(x) if isinstance(x, Exp) else x)
+
+
+def add(a, b) -> np.ndarray:
+    """``a + b`` computed now (two gradients of one Node, at least one an array or small)."""
+    return np.asarray(as_array(a) + as_array(b))  # a NumPy scalar when 0-d
+
+
+# ---- other values below the threshold: expressions evaluated by a walk --------------
+
+def realize(e: Exp):
+    """``e`` as a Tensor, computed once and remembered (``e.realized``): by a walk of its
+    tree when its work is below the threshold, else fused by the engine."""
+    if e.kind == RVALUE:
+        return e
+    if e.realized is None:
+        if not computes_now(_work(e)):
+            return fuse(e)
+        values = _eval(e)
+        if e.realized is None:  # else the engine computed it (a node the walk leaves to it)
+            set_realized(e, wrap(values))
+    return e.realized
+
+
+def _work(e: Exp) -> Exp:
+    """The largest value the root of ``e`` reads or writes (a reduction reads its input)."""
+    if type(e) is Reduce:
+        return e.x
+    if type(e) is Dot:
+        return max((e.a, e.b, e), key=lambda x: math.prod(x.shape))
+    return e
+
+
+def _eval(e) -> np.ndarray:
+    """The values of ``e`` as an ndarray: each node by its NumPy form, a subtree whose
+    work reaches the threshold fused by the engine."""
+    t = type(e)
+    if t is Tensor:
+        return e.array
+    if t is Scalar:
+        return e.value
+    if e.realized is not None:
+        return e.realized.array
+    if not computes_now(_work(e)):
+        return fuse(e).array
+    if t is Map:
+        args = [_eval(a) for a in e.args]
+        out = e.op.numpy(*args)
+        if not e.op.builtin:
+            out = _own(out, args)
+    elif t is Cast:
+        out = np.asarray(_eval(e.x)).astype(e.dtype)
+    elif t is Reduce and e.op != "argmax":
+        out = _reduce(e, _eval(e.x))
+    elif t is Dot:
+        out = np.matmul(_eval(e.a), _eval(e.b))
+    elif t is ViewExp:
+        base = e.base.realized if e.base.realized is not None else wrap(_eval(e.base))
+        out = e.fn(base).array.copy()  # a view of memory that may be another's
+    else:  # argmax, or an expression kind this walk does not know: the engine's
+        return fuse(e).array
+    return out if getattr(out, "dtype", None) == e.dtype else np.asarray(out).astype(e.dtype)
+
+
+def _own(result, arrays):
+    """A user op's result, copied if it is (a view of) one of its operands."""
+    if any(type(a) is np.ndarray and np.may_share_memory(result, a) for a in arrays):
+        return np.array(result)
+    return result
+
+
+def _reduce(e: Reduce, x: np.ndarray) -> np.ndarray:
+    """A reduction as the engine computes it: sums accumulate wide (float64 for floats)."""
+    r = e.reduction
+    wide = {} if r.accumulate == "same" else {"dtype": r.accumulator_dtype(e.x.dtype)}
+    return np.asarray(r.numpy(x, axis=e.axes, keepdims=True, **wide)).reshape(e.shape)
