@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import types
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from . import dtypes
 from .caches import memo_table, on_invalidate
 from .device import CPU
 from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_axis, normalize_shape
-from .ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
+from .ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function, use_expressions
 from .tokens import TREE, TreeToken, leaf_tokens, opaque_token
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
@@ -789,3 +790,6 @@ def _install_exp_surface() -> None:
 
 
 _install_exp_surface()
+#: What the registry's derivatives build gradients with (tensor/ops.py cannot import
+#: this module, which is made from its rows).
+use_expressions(types.SimpleNamespace(Exp=Exp, Scalar=Scalar, **FUNCTIONS))

@@ -25,7 +25,6 @@ snippet before either can reach generated source; they are called by name
 
 from __future__ import annotations
 
-import functools
 import keyword
 import re
 import types
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes
+from . import caches, dtypes
 
 
 @dataclass(frozen=True)
@@ -138,14 +137,23 @@ def _clip(x, lo, hi, out=None):
 
 
 # ---- derivatives: each next to the op it belongs to (see module docstring) ----
-# They import expression helpers lazily to keep ops.py free of expr.py at import.
+# They build gradients with expr.py's functions (``where``, ``log``...), which are
+# made from these rows: so expr.py hands them over once it is built
+# (``use_expressions``) and this module imports nothing above ``dtypes``.
 # A built-in rule also runs on NumPy arrays (tensors) and Python numbers: the Node
 # level computes ops below its fusion threshold at once (node/eager.py), backward too.
 
-@functools.cache
+_EXPRESSIONS: list = []
+
+
+def use_expressions(forms) -> None:
+    """Called by expr.py once it is built: ``forms`` holds ``Exp``, ``Scalar`` and
+    ``T.<name>`` for each row, what the derivatives build gradients with."""
+    _EXPRESSIONS[:] = [forms]
+
+
 def _expr():
-    from . import expr
-    return expr
+    return _EXPRESSIONS[0]
 
 
 class _RowForms:
@@ -470,9 +478,8 @@ def _d_mean(g, x, out, axes, count):
 
 def _d_extremum(g, x, out, axes, count):
     """max and min: the gradient is shared evenly between the elements equal to ``out``."""
-    from .engine import realize
     hit = x == out
-    ties = realize(hit.astype(x.dtype).sum(axes, True))
+    ties = hit.astype(x.dtype).sum(axes, True).eval()
     return _e(g).where(hit, g / ties.broadcast_to(x.shape), 0)
 
 
@@ -624,11 +631,23 @@ def _cell_filled(cell) -> bool:
     return True
 
 
+_ON_UNREGISTER: list[Callable[[str], None]] = []
+
+
+def on_unregister(hook: Callable[[str], None]) -> None:
+    """Call ``hook(name)`` when the user op ``name`` is unregistered (plan.py drops the
+    plans that call it, and the kernels hung on them)."""
+    _ON_UNREGISTER.append(hook)
+
+
 def unregister_op(name: str) -> None:
-    """Remove a user-defined op (built-ins cannot be removed)."""
+    """Remove a user-defined op (built-ins cannot be removed). What holds its function
+    is forgotten: the plans calling it (``on_unregister``), and every kept launch and
+    prepared call (``caches.invalidate``)."""
     op = OPS.get(name)
     if op is None or op.builtin:
         raise ValueError(f"{name!r} is not a registered user op")
     del OPS[name]
-    from .plan import forget_op  # plans (and kernels hung on them) hold the old function
-    forget_op(name)
+    for hook in _ON_UNREGISTER:
+        hook(name)
+    caches.invalidate(f"op {name!r} unregistered")

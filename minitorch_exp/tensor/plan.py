@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import expr as _expr
-from .caches import invalidate, memo_table
+from .caches import memo_table
 from .expr import RVALUE, Cast, Exp, Map, Scalar
-from .ops import OPS
+from .ops import OPS, on_unregister
 from .tokens import NOT_DST, LeafToken, TreeToken, leaf_tokens
 
 
@@ -255,8 +255,11 @@ def plan_cache_size() -> int:
 
 
 def forget_op(name: str) -> None:
-    """Drop the cached plans that use op ``name`` (called when a user op is unregistered)."""
-    invalidate(f"op {name!r} unregistered")  # launches hold kernels calling its function
+    """Drop the cached plans that use op ``name``, and the kernels hung on them: the user
+    op was unregistered (``ops.unregister_op`` calls this hook, then invalidates)."""
     for key, plan in list(_PLANS.items()):
         if any(ins.op == name for ins in plan.instrs):
             del _PLANS[key]
+
+
+on_unregister(forget_op)

@@ -60,3 +60,85 @@ def test_the_static_check_sees_relative_imports():
                       ("from ..tensor import layout", False), ("from . import ops", False)]:
         names = imported_modules(ast.parse(text).body[0])
         assert any(n.startswith(("minitorch_exp.node", "minitorch_exp.nn")) for n in names) == bad
+
+
+# ---- import circles inside the tensor level ------------------------------------------
+
+
+def sibling_imports(path: Path, siblings: set[str]) -> set[str]:
+    """The modules of ``minitorch_exp.tensor`` that ``path`` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for name in imported_modules(node):
+            parts = name.split(".")
+            if parts[:2] == ["minitorch_exp", "tensor"] and len(parts) > 2 and parts[2] in siblings:
+                found.add(parts[2])
+    return found
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of ``graph`` (modules that import each other in a
+    loop), by Tarjan's algorithm without recursion."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                circle = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    circle.add(w)
+                    if w == v:
+                        break
+                circles.append(circle)
+    return circles
+
+
+def test_import_circles_are_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert sorted(map(sorted, import_circles(graph))) == [["a", "b", "c"], ["d"], ["e"]]
+
+
+#: Modules that must stay out of any import circle: the registry, the cache owner, the
+#: backends and what they are built from. They are called, and never import back.
+OUTSIDE_CIRCLES = {"ops", "caches", "tokens", "dtypes", "layout", "counters", "device",
+                   "backend_contract", "backends", "cpu_numpy", "cpu_numba", "numba_source",
+                   "numba_compile", "numba_launch", "codegen", "cuda", "kernel_cache"}
+
+
+def test_no_import_circle_is_wider_than_the_lowering_core():
+    """Imports inside ``tensor/`` (inside functions too) form no loop of ten modules or
+    more: the largest is the lowering core (expr, plan, lower, engine, tensor) with
+    what its Exp methods reach (creation, explain and its helpers) -- nine today, down
+    from eighteen when the registry imported the engine and backends imported capture
+    (issue 19)."""
+    files = {p.stem: p for p in (PACKAGE_ROOT / "tensor").glob("*.py") if p.stem != "__init__"}
+    graph = {name: sibling_imports(path, set(files)) for name, path in files.items()}
+    largest = max(import_circles(graph), key=len)
+    assert len(largest) < 10, sorted(largest)
+    for circle in import_circles(graph):
+        assert not circle & OUTSIDE_CIRCLES or len(circle) == 1, sorted(circle)
