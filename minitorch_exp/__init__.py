@@ -12,7 +12,8 @@ import importlib
 
 from . import tensor as _tensor_package
 
-_SUBMODULES = {"api", "nn", "node", "serialization"}
+_SUBMODULES = {"accelerator", "api", "autograd", "cuda", "distributed", "nn", "node", "optim",
+               "serialization", "utils"}
 
 __version__ = "0.1.0"
 
@@ -24,7 +25,7 @@ class _CallableTensorPackage(type(_tensor_package)):
     attribute access reaches the Tensor level (``mt.tensor.Tensor``).
     """
 
-    def __call__(self, data, dtype=None, device="cpu", requires_grad=False):
+    def __call__(self, data, dtype=None, device=None, requires_grad=False):
         from .node import tensor as make_node
         return make_node(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -42,7 +43,7 @@ def __getattr__(name: str):
     if name.startswith("_") and name != "__all__":
         raise AttributeError(name)
     api = _api()
-    if name == "__all__" or name in api.__all__:
+    if name == "__all__" or name in api.__all__ or name in api.NOT_STARRED:
         value = api.__all__ if name == "__all__" else getattr(api, name)
         globals()[name] = value
         return value
@@ -50,4 +51,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_api().__all__) | _SUBMODULES)
+    return sorted(set(globals()) | set(_api().__all__) | _api().NOT_STARRED | _SUBMODULES)

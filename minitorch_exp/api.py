@@ -28,7 +28,9 @@ from .node import (
     zeros,
     zeros_like,
 )
+from .node import pytorch as _pytorch
 from .node.anomaly import detect_anomaly
+from .node.devices import device, get_default_device, set_default_device
 from .node.graph import draw as draw_graph
 from .node.graph import to_dot
 from .node.ops import FUNCTIONS as _OP_FUNCTIONS
@@ -57,11 +59,20 @@ from .tensor.dtypes import bool_, float32, float64, int32, int64
 from .tensor.explain import explain
 from .tensor.ops import register_op, unregister_op
 
-Tensor = Node  # the user-facing tensor type, as in PyTorch
+Tensor = _pytorch.Tensor  # the tensor type (isinstance: a Node), and PyTorch's constructor
 
 #: ``exp``, ``abs``, ``maximum``, ``where``, ``sum``, ``amax``...: one function per row of
 #: the op registry (tensor/ops.py), made in node/ops.py.
 globals().update(_OP_FUNCTIONS)
+#: PyTorch's names for what exists (``clamp``, ``max(x, dim)``, ``mm``, ``linspace``...):
+#: node/pytorch.py; docs/pytorch.md lists them.
+globals().update(_pytorch.FUNCTIONS)
+#: PyTorch's dtype names (``float32``, ``double``, ``long``...). ``float``, ``int`` and
+#: ``bool`` are reached as ``mt.float`` but left out of ``__all__``: a star import must
+#: not hide Python's own.
+DTYPE_NAMES = _pytorch.DTYPES
+globals().update(DTYPE_NAMES)
+NOT_STARRED = frozenset({"float", "int", "bool"})
 
 __all__ = [
     "CaptureError", "Context", "Device", "Function", "Node", "Tensor",
@@ -76,5 +87,7 @@ __all__ = [
     "reset_kernel_counts", "reshape", "save", "set_cpu_backend", "set_debug", "set_fusion",
     "softmax", "squeeze", "stack", "tensor",
     "to_dot", "transpose", "unregister_op", "unsqueeze", "zeros", "zeros_like",
-    *sorted(_OP_FUNCTIONS),
+    "device", "get_default_device", "set_default_device",
+    *sorted(_OP_FUNCTIONS), *sorted(_pytorch.FUNCTIONS),
+    *sorted(set(DTYPE_NAMES) - NOT_STARRED - {"float32", "float64", "int32", "int64"}),
 ]

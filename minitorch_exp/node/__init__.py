@@ -1,6 +1,6 @@
 """The Node level: a dynamic computation graph with ``backward()`` over fused expressions."""
 
-from . import ops
+from . import ops, pytorch  # pytorch: PyTorch's spellings, installed on Node
 from .backward import backward, topological_order
 from .capture import CaptureError, capture
 from .function import Context, Function

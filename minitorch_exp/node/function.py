@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
+
 from ..tensor.expr import RVALUE, Exp
 from ..tensor.tensor import Tensor
 from . import anomaly
@@ -190,6 +192,9 @@ def _named_positionals(cls, args, attrs: dict) -> dict:
     if not names and not cls.keyword_attributes:
         return attrs  # Elementwise's numbers: the everyday case, kept cheap
     loose = [(i, a) for i, a in enumerate(args) if not isinstance(a, (_node.Node, Exp))]
+    for i, a in loose:
+        if isinstance(a, np.ndarray) and cls.__module__.startswith("minitorch_exp."):
+            raise not_a_tensor(cls.__name__, i, a)  # a built-in op's input, not an attribute
     if cls.keyword_attributes:
         i, a = loose[0]
         name = names[i] if i < len(names) else "/".join(_keyword_names(cls.forward)) or "name"
@@ -197,6 +202,14 @@ def _named_positionals(cls, args, attrs: dict) -> dict:
                         f"({a!r}), not a tensor; pass it as a keyword: {name}={a!r}")
     bound = {names[i]: a for i, a in loose if i < len(names) and names[i] not in attrs}
     return {**attrs, **bound} if bound else attrs
+
+
+def not_a_tensor(op: str, i: int, found) -> TypeError:
+    """The error for a NumPy array (or anything else) given where ``op`` takes a tensor."""
+    what = (f"a numpy.ndarray of shape {found.shape} ({found.dtype})"
+            if isinstance(found, np.ndarray) else f"a {type(found).__name__}")
+    return TypeError(f"{op}: argument {i + 1} must be a tensor (Node), got {what}; make one "
+                     "with mt.tensor(a) (a copy) or mt.from_numpy(a) (sharing its memory)")
 
 
 def _keyword_names(forward) -> list[str]:

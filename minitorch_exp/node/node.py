@@ -16,7 +16,6 @@ import sys
 import numpy as np
 
 from ..tensor import creation, dtypes
-from ..tensor.device import as_device
 from ..tensor.engine import assign
 from ..tensor.expr import RVALUE, Exp, Map, as_exp
 from ..tensor.ops import OPS
@@ -24,6 +23,7 @@ from ..tensor.tensor import Tensor
 from ..tensor.tensor import from_numpy as tensor_from_numpy
 from ..tensor.tensor import tensor as make_tensor
 from . import eager
+from .devices import default_device
 from .function import _storages
 from .grad_mode import is_grad_enabled
 
@@ -218,10 +218,7 @@ class Node:
         from . import ops
         return ops.clone(self)
 
-    def to(self, device) -> Node:
-        from . import ops
-        device = as_device(device)
-        return self if device == self.device else ops.to_device(self, device=device)
+    # ``to``, ``float()``, ``mm``, ``add_``...: PyTorch's spellings, in node/pytorch.py.
 
     def cpu(self) -> Node:
         return self.to("cpu")
@@ -271,6 +268,35 @@ class Node:
         if self.numel() != 1:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
         return bool(self.item())
+
+    # ---- Python numbers from one-element tensors, as PyTorch's ----------------------
+    def _scalar(self, what: str):
+        if self.numel() != 1:
+            raise ValueError(f"only one element tensors can be converted to Python scalars: "
+                             f"{what} of a tensor of shape {self.shape}")
+        return self.item()
+
+    def __float__(self) -> float:
+        return float(self._scalar("float()"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int()"))
+
+    def __index__(self) -> int:
+        """An integer tensor of one element as an index (``xs[t]``, ``range(t)``)."""
+        if self.dtype.kind not in "biu":
+            raise TypeError(f"only integer tensors of a single element can be converted to "
+                            f"an index, got a {self.dtype.name} tensor of shape {self.shape}")
+        return int(self._scalar("an index"))
+
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.4f}"`` for a 0-d tensor formats its number; any other is str()."""
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        if spec:
+            raise TypeError(f"format spec {spec!r} needs a 0-d tensor, got shape {self.shape}; "
+                            "format .item() of one element, or .tolist()")
+        return str(self)
 
     # ---- in-place ops: written in place outside the graph ----------------------
     def _inplace(self, saver: str, other) -> Node:
@@ -456,11 +482,11 @@ def _wrap(t: Tensor, requires_grad: bool) -> Node:
     return Node(t, requires_grad=requires_grad)
 
 
-def tensor(data, dtype=None, device="cpu", requires_grad: bool = False) -> Node:
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Node:
     """A new Node holding a copy of ``data`` (lists, scalars, arrays, Nodes)."""
     if isinstance(data, Node):
         data = data.numpy()
-    return _wrap(make_tensor(data, dtype=dtype, device=device), requires_grad)
+    return _wrap(make_tensor(data, dtype=dtype, device=default_device(device)), requires_grad)
 
 
 def from_numpy(arr: np.ndarray, requires_grad: bool = False) -> Node:
@@ -468,8 +494,9 @@ def from_numpy(arr: np.ndarray, requires_grad: bool = False) -> Node:
 
 
 def _factory(fn):
-    def make(*shape, dtype=dtypes.float32, device="cpu", requires_grad=False, **kw):
-        return _wrap(fn(*shape, dtype=dtype, device=device, **kw), requires_grad)
+    def make(*shape, dtype=dtypes.float32, device=None, requires_grad=False, **kw):
+        return _wrap(fn(*shape, dtype=dtype, device=default_device(device), **kw),
+                     requires_grad)
     make.__name__ = fn.__name__
     make.__doc__ = fn.__doc__
     return make
@@ -482,12 +509,14 @@ rand = _factory(creation.rand)
 randn = _factory(creation.randn)
 
 
-def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False) -> Node:
-    return _wrap(creation.full(shape, fill_value, dtype=dtype, device=device), requires_grad)
+def full(shape, fill_value, dtype=None, device=None, requires_grad=False) -> Node:
+    return _wrap(creation.full(shape, fill_value, dtype=dtype, device=default_device(device)),
+                 requires_grad)
 
 
-def arange(start, stop=None, step=1, dtype=None, device="cpu", requires_grad=False) -> Node:
-    return _wrap(creation.arange(start, stop, step, dtype=dtype, device=device), requires_grad)
+def arange(start, stop=None, step=1, dtype=None, device=None, requires_grad=False) -> Node:
+    return _wrap(creation.arange(start, stop, step, dtype=dtype,
+                                 device=default_device(device)), requires_grad)
 
 
 def _like_factory(fn):

@@ -33,7 +33,8 @@ from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
 from . import eager, promotion
 from .eager import realize  # at once with NumPy below the fusion threshold, else fused
-from .function import Function
+from .function import Function, not_a_tensor
+from .keywords import pytorch_arguments
 from .node import Node, install_methods
 
 
@@ -159,6 +160,8 @@ class Reshape(_Op):
 
 
 def reshape(x: Node, *shape) -> Node:
+    if not isinstance(x, Node):
+        raise not_a_tensor("reshape", 0, x)
     shape = infer_shape(normalize_shape(shape), x.numel())
     return x if shape == x.shape else Reshape.apply(x, shape=shape)
 
@@ -169,6 +172,7 @@ def view(x: Node, *shape) -> Node:
     return reshape(x, *shape)
 
 
+@pytorch_arguments
 def squeeze(x: Node, axis=None) -> Node:
     axes = normalize_axes(axis, x.ndim, x.shape) if axis is not None else None
     shape = tuple(n for i, n in enumerate(x.shape)
@@ -176,6 +180,7 @@ def squeeze(x: Node, axis=None) -> Node:
     return reshape(x, shape)
 
 
+@pytorch_arguments
 def unsqueeze(x: Node, axis: int) -> Node:
     axis = normalize_axis(axis, x.ndim + 1, x.shape)
     return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
@@ -288,20 +293,23 @@ def _axes(x: Node, axis):
     return normalize_axes(axis, x.ndim, x.shape)
 
 
+@pytorch_arguments
 def logsumexp(x: Node, axis=None, keepdims: bool = False) -> Node:
     """``log(sum(exp(x)))`` computed stably: the max is subtracted first."""
-    m = x.max(axis, keepdims=True).detach()
+    m = x.amax(axis, keepdims=True).detach()
     # a row of all -inf gives -inf, not nan (as torch)
     m = elementwise("where", abs(m) == math.inf, 0.0, m)
     out = (x - m).exp().sum(axis, keepdims=True).log() + m
     return out if keepdims else squeeze(out, axis if axis is not None else None)
 
 
+@pytorch_arguments
 def softmax(x: Node, axis: int = -1) -> Node:
-    e = (x - x.max(axis, keepdims=True).detach()).exp()
+    e = (x - x.amax(axis, keepdims=True).detach()).exp()
     return e / e.sum(axis, keepdims=True)
 
 
+@pytorch_arguments
 def log_softmax(x: Node, axis: int = -1) -> Node:
     return x - logsumexp(x, axis, keepdims=True)
 
@@ -406,6 +414,7 @@ def _matmul_out_shape(sa, sb):
     return broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
 
 
+@pytorch_arguments
 def matmul(a: Node, b: Node) -> Node:
     return MatMul.apply(a, b)
 
@@ -441,6 +450,7 @@ def _common_dtype(values):
     return promotion.result_dtype(values)
 
 
+@pytorch_arguments
 def cat(nodes, axis: int = 0) -> Node:
     nodes = list(nodes)
     if not nodes:
@@ -454,6 +464,7 @@ def cat(nodes, axis: int = 0) -> Node:
     return Cat.apply(*nodes, axis=axis)
 
 
+@pytorch_arguments
 def stack(nodes, axis: int = 0) -> Node:
     nodes = list(nodes)
     if not nodes:
@@ -587,14 +598,20 @@ def _where_method(self, condition, other) -> Node:
 #: method whose ``self`` is not the first operand.
 _EXPLICIT = {"clip": clip}
 _EXPLICIT_METHODS = {"clip": clip, "where": _where_method}
-#: ``mt.<name>`` for each built-in row and reduction (exported by api.py).
-FUNCTIONS: dict = {op.name: _EXPLICIT.get(op.name) or _function(op)
-                   for op in OPS.values() if op.builtin}
-FUNCTIONS.update((r.function, _reduce_function(r)) for r in REDUCTIONS.values())
+_ELEMENTWISE = {op.name: _EXPLICIT.get(op.name) or _function(op)
+                for op in OPS.values() if op.builtin}
+#: ``mt.<name>`` for each built-in row and reduction (exported by api.py), taking
+#: PyTorch's ``out=`` (and a reduction ``dim=``, ``keepdim=``) too: keywords.py.
+FUNCTIONS: dict = {name: pytorch_arguments(fn) for name, fn in _ELEMENTWISE.items()}
+FUNCTIONS.update((r.function, pytorch_arguments(_reduce_function(r)))
+                 for r in REDUCTIONS.values())
 globals().update(FUNCTIONS)
-#: Node's method for each built-in row (``x.maximum(other)``) and reduction (``x.max()``).
+#: Node's method for each built-in row (``x.maximum(other)``) and reduction, under both
+#: its names (``x.max()``, ``x.amax()``; node/pytorch.py gives ``max`` and ``min`` PyTorch's
+#: ``(values, indices)`` form).
 METHODS: dict = {op.name: _EXPLICIT_METHODS.get(op.name) or (
-    FUNCTIONS[op.name] if op.arity == 1 else _function(op, op.method_params, "Node"))
+    _ELEMENTWISE[op.name] if op.arity == 1 else _function(op, op.method_params, "Node"))
     for op in OPS.values() if op.builtin}
-METHODS.update((r.name, FUNCTIONS[r.function]) for r in REDUCTIONS.values())
+METHODS.update((name, FUNCTIONS[r.function]) for r in REDUCTIONS.values()
+               for name in (r.name, r.function))
 install_methods(sys.modules[__name__])

@@ -33,6 +33,9 @@ CONFIGS = {
     "adam": (optim.Adam, "Adam", dict(lr=0.01), dict(lr=0.02, betas=(0.8, 0.99))),
     "adam_wd": (optim.Adam, "Adam", dict(lr=0.01, weight_decay=0.1), dict(eps=1e-6)),
     "adamw": (optim.AdamW, "AdamW", dict(lr=0.01), dict(lr=0.03, weight_decay=0.05)),
+    "adadelta": (optim.Adadelta, "Adadelta", dict(lr=1.0), dict(lr=0.5, rho=0.8)),
+    "adadelta_wd": (optim.Adadelta, "Adadelta", dict(lr=1.0, weight_decay=0.1),
+                    dict(eps=1e-4)),
 }
 
 

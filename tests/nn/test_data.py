@@ -92,11 +92,14 @@ def test_batches_do_not_alias_the_dataset():
 def test_tensor_dataset():
     ds = dataset()
     assert len(ds) == N
-    x, y = ds[2]
-    np.testing.assert_array_equal(x, [6, 7, 8])
-    assert y == 2
+    x, y = ds[2]  # an item is a tuple of tensors, as PyTorch's
+    assert isinstance(x, mt.Node) and isinstance(y, mt.Node) and y.ndim == 0
+    np.testing.assert_array_equal(x.numpy(), [6, 7, 8])
+    assert y.item() == 2
+    x.numpy()[...] = -1  # a copy: the dataset keeps its values
+    np.testing.assert_array_equal(ds[2][0].numpy(), [6, 7, 8])
     nodes = nn.TensorDataset(mt.ones(4, 2), mt.zeros(4))
-    assert len(nodes) == 4 and isinstance(nodes[0][0], np.ndarray)
+    assert len(nodes) == 4 and isinstance(nodes[0][0], mt.Node)
     with pytest.raises(ValueError, match="different lengths"):
         nn.TensorDataset(np.zeros((3, 2)), np.zeros(4))
     with pytest.raises(ValueError, match="at least one"):

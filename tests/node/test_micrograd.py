@@ -165,7 +165,7 @@ UNARY_STEPS = {
     "softmax": lambda x, lib: lib.softmax(x, -1) if x.ndim else x,
     "sum_keep": lambda x, lib: x.sum(-1, keepdims=True) if lib is mt else x.sum(-1, True),
     "mean0": lambda x, lib: x.mean(0) if x.ndim else x,
-    "max_last": lambda x, lib: (x.max(-1) if lib is mt else x.amax(-1)) if x.ndim else x,
+    "max_last": lambda x, lib: x.amax(-1) if x.ndim else x,
     "slice": lambda x, lib: x[..., ::2] if x.ndim else x,
 }
 

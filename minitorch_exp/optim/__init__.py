@@ -1,0 +1,7 @@
+"""PyTorch's ``torch.optim``: the optimizers of ``minitorch_exp.nn.optim`` at PyTorch's path,
+with ``optim.lr_scheduler`` for the learning-rate schedules."""
+
+from ..nn.optim import SGD, Adadelta, Adam, AdamW, Optimizer
+from . import lr_scheduler
+
+__all__ = ["SGD", "Adadelta", "Adam", "AdamW", "Optimizer", "lr_scheduler"]

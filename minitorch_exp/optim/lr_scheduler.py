@@ -1,0 +1,13 @@
+"""PyTorch's ``torch.optim.lr_scheduler``: the schedules of ``minitorch_exp.nn.optim``."""
+
+from ..nn.optim import (
+    CosineAnnealingLR,
+    ExponentialLR,
+    LambdaLR,
+    LRScheduler,
+    MultiStepLR,
+    StepLR,
+)
+
+__all__ = ["CosineAnnealingLR", "ExponentialLR", "LRScheduler", "LambdaLR", "MultiStepLR",
+           "StepLR"]

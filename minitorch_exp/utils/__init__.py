@@ -1,0 +1,5 @@
+"""PyTorch's ``torch.utils``: ``utils.data``."""
+
+from . import data
+
+__all__ = ["data"]
