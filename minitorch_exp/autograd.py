@@ -197,11 +197,16 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
               raise_exception: bool = True, **_ignored) -> bool:
     """PyTorch's signature for ``mt.gradcheck`` (central differences in float64):
     ``inputs`` a tensor or a tuple; with ``raise_exception=False`` a mismatch returns
-    False instead of raising."""
+    False instead of raising. The inputs' ``.grad`` are left as they were."""
     inputs = _as_list(inputs)
+    held = [x.grad if isinstance(x, Node) else None for x in inputs]
     try:
         return _gradcheck(func, inputs, eps=eps, atol=atol, rtol=rtol)
     except AssertionError:
         if raise_exception:
             raise
         return False
+    finally:
+        for x, g in zip(inputs, held):
+            if isinstance(x, Node) and x.requires_grad:
+                x.grad = g

@@ -19,7 +19,15 @@ from .layers import (
     Softmax,
     Tanh,
 )
-from .losses import CrossEntropyLoss, MSELoss, NLLLoss
+from .losses import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from .module import Module, Parameter
 from .normalization import BatchNorm1d, BatchNorm2d
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
@@ -31,4 +39,5 @@ __all__ = [
     "Flatten", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "NLLLoss",
     "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "TensorDataset",
     "functional", "init", "optim", "parallel",
+    "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss",
 ]

@@ -44,6 +44,10 @@ class _Activation(Module):
 class ReLU(_Activation):
     fn = staticmethod(ops.relu)
 
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace  # PyTorch's argument, accepted: the result is a new tensor
+
 
 class Tanh(_Activation):
     fn = staticmethod(ops.tanh)
@@ -66,9 +70,9 @@ class GELU(Module):
 
 
 class LeakyReLU(Module):
-    def __init__(self, negative_slope: float = 0.01):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         super().__init__()
-        self.negative_slope = negative_slope
+        self.negative_slope, self.inplace = negative_slope, inplace  # inplace: as ReLU's
 
     def forward(self, x):
         return F.leaky_relu(x, self.negative_slope)

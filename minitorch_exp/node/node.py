@@ -10,16 +10,17 @@ realizes it first.
 
 from __future__ import annotations
 
+import functools
 import operator
 import sys
 
 import numpy as np
 
-from ..tensor import creation, dtypes
-from ..tensor.engine import assign
+from ..tensor import capture, creation, dtypes
+from ..tensor.engine import assign, realize
 from ..tensor.expr import RVALUE, Exp, Map, as_exp
 from ..tensor.ops import OPS
-from ..tensor.tensor import Tensor
+from ..tensor.tensor import Tensor, _is_basic_index
 from ..tensor.tensor import from_numpy as tensor_from_numpy
 from ..tensor.tensor import tensor as make_tensor
 from . import eager
@@ -283,11 +284,12 @@ class Node:
         return int(self._scalar("int()"))
 
     def __index__(self) -> int:
-        """An integer tensor of one element as an index (``xs[t]``, ``range(t)``)."""
-        if self.dtype.kind not in "biu":
+        """An integer tensor of one element as an index (``xs[t]``, ``range(t)``); any other
+        is a TypeError, as Python's protocol wants of what is not an index."""
+        if self.dtype.kind not in "biu" or self.numel() != 1:
             raise TypeError(f"only integer tensors of a single element can be converted to "
                             f"an index, got a {self.dtype.name} tensor of shape {self.shape}")
-        return int(self._scalar("an index"))
+        return int(self.item())
 
     def __format__(self, spec: str) -> str:
         """``f"{loss:.4f}"`` for a 0-d tensor formats its number; any other is str()."""
@@ -333,7 +335,26 @@ class Node:
             raise RuntimeError("item assignment involving a tensor that requires grad is not "
                                "recorded; do it under `with mt.no_grad():`, or build the "
                                "result with mt.where / mt.cat / mt.stack")
-        self.value[key] = value._value if isinstance(value, Node) else value
+        key, value = index_key(key), value.value if isinstance(value, Node) else value
+        if _is_basic_index(key):
+            self.value[key] = value
+            return
+        # a mask or positions (``x[x < 0] = 0``): the Tensor level refuses, as such an index
+        # selects a copy; written here on the device's array, recorded by a capture
+        t = self.value
+        if isinstance(value, Exp):
+            value = (value if value.kind == RVALUE else realize(value)).to(t.device).array
+        t.storage.before_write()  # lazy values reading it are computed first
+        capture.host_op(functools.partial(operator.setitem, t.array, key, value), t.storage)
+
+
+def index_key(key):
+    """An index with its tensors (a mask, positions) and lists as NumPy arrays, as the
+    Tensor level takes them: ``x[mask]``, ``x[mask] = 0``."""
+    items = key if isinstance(key, tuple) else (key,)
+    converted = tuple(np.asarray(k.numpy()) if isinstance(k, (Node, Exp)) else
+                      np.asarray(k) if isinstance(k, list) else k for k in items)
+    return converted if isinstance(key, tuple) else converted[0]
 
 
 def grads_in_sinks(nodes, values) -> bool:

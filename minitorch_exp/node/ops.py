@@ -35,7 +35,7 @@ from . import eager, promotion
 from .eager import realize  # at once with NumPy below the fusion threshold, else fused
 from .function import Function, not_a_tensor
 from .keywords import pytorch_arguments
-from .node import Node, install_methods
+from .node import Node, index_key, install_methods
 
 
 def _value(x):
@@ -245,11 +245,7 @@ class GetItem(_Op):
 
 
 def getitem(x: Node, key) -> Node:
-    items = key if isinstance(key, tuple) else (key,)
-    converted = tuple(np.asarray(k.numpy()) if isinstance(k, (Node, Exp)) else
-                      np.asarray(k) if isinstance(k, list) else k for k in items)
-    key = converted if isinstance(key, tuple) else converted[0]
-    return GetItem.apply(x, key=key)
+    return GetItem.apply(x, key=index_key(key))
 
 
 # ---- reductions ----------------------------------------------------------------
