@@ -288,12 +288,7 @@ def realize(e: Exp):
 def evaluate_copy(t):
     """A contiguous copy of the tensor ``t`` (one elementwise pass)."""
     dst = creation.new_empty(t.shape, t.dtype, t.device)
-    plan, leaves, scalars = make_plan(t, dst.ndim)
-    backend = device_backend(t.device)
-    args = (plan, dst, leaves, scalars, "=")
-    call = backend.elementwise(*args)
-    if capture.active() is not None:
-        _record(call, backend.elementwise, args, [dst], "fused")
+    _dispatch(dst, t, "=")
     return dst
 
 
