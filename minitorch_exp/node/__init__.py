@@ -29,6 +29,6 @@ __all__ = [
     "CaptureError", "Context", "Function", "Node", "arange", "backward", "capture", "empty",
     "empty_like",
     "enable_grad", "from_numpy", "full", "full_like", "fusion", "gradcheck",
-    "is_grad_enabled", "no_grad", "ones", "ones_like", "ops", "rand", "rand_like", "randn",
-    "randn_like", "set_fusion", "tensor", "topological_order", "zeros", "zeros_like",
+    "is_grad_enabled", "no_grad", "ones", "ones_like", "ops", "pytorch", "rand", "rand_like",
+    "randn", "randn_like", "set_fusion", "tensor", "topological_order", "zeros", "zeros_like",
 ]
