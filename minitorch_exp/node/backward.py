@@ -22,7 +22,6 @@ import numpy as np
 from ..tensor import creation
 from ..tensor.engine import assign
 from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
-from ..tensor.graphwalk import post_order
 from . import anomaly, capture, eager
 from .eager import realize
 from .node import MAX_FUSED_OPS, Node, count_ops
@@ -31,17 +30,27 @@ from .trace import trace_for_pass
 
 def topological_order(root: Node) -> list[Node]:
     """Nodes reachable from ``root`` through ``grad_fn`` that need a gradient, each
-    before its inputs (consumers first), found without recursion."""
-    order = post_order(root, _grad_inputs)
+    before its inputs (consumers first), found without recursion.
+
+    ``graphwalk.post_order``'s walk written out for Nodes: it runs on every backward,
+    where its callback per node cost a fifth of a small graph's backward (docs/eager.md).
+    """
+    order: list[Node] = []
+    expanded: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+        elif id(node) not in expanded:
+            expanded.add(id(node))
+            stack.append((node, True))
+            ctx = node.grad_fn
+            if ctx is not None:
+                stack += [(p, False) for p in ctx.inputs if isinstance(p, Node)
+                          and p.requires_grad and id(p) not in expanded]
     order.reverse()
     return order
-
-
-def _grad_inputs(node: Node) -> list[Node]:
-    ctx = node.grad_fn
-    if ctx is None:
-        return []
-    return [p for p in ctx.inputs if isinstance(p, Node) and p.requires_grad]
 
 
 def _initial_grad(root: Node, grad):
@@ -51,7 +60,7 @@ def _initial_grad(root: Node, grad):
                 f"backward() without a gradient needs a single-element output, got shape "
                 f"{root.shape}; pass grad= (e.g. mt.ones_like(out)) or reduce it with .sum()")
         if eager.computes_now(root._value):
-            return np.ones(root.shape, root.dtype)
+            return eager.wrap(np.ones(root.shape, root.dtype))
         return creation.ones(root.shape, dtype=root.dtype, device=root.device)
     g = grad._value if isinstance(grad, Node) else as_exp(grad)
     if g.shape != root.shape:
@@ -122,20 +131,20 @@ def _propagate(ctx, g: Exp, grads: dict, trace=None) -> None:
             continue
         if trace is not None:  # as the rule built it, before anything computes it
             trace.built(g, inp, ig)
-        ig = _term(ig)
-        if ig.shape != inp.shape:
+        if type(ig) is not np.ndarray:  # an array was computed at once: nothing to do
+            ig = _term(ig)
+        if ig.shape != inp._value.shape:
             raise RuntimeError(f"{ctx.name}.backward returned a gradient of shape "
                                f"{ig.shape} for an input of shape {inp.shape}")
-        prev = grads.get(id(inp))
-        grads[id(inp)] = ig if prev is None else _sum(prev, ig)
+        key = id(inp)
+        prev = grads.get(key)
+        grads[key] = ig if prev is None else _sum(prev, ig)
 
 
 def _term(ig):
-    """A gradient a backward returned, as backward carries it: an array (computed at
-    once), or an expression -- computed now below the fusion threshold, realized when
-    its chain grows past ``MAX_FUSED_OPS``."""
-    if type(ig) is np.ndarray:
-        return ig
+    """A gradient a backward returned (not an array) as backward carries it: an
+    expression, computed now below the fusion threshold, realized when its chain grows
+    past ``MAX_FUSED_OPS``."""
     ig = ig._value if isinstance(ig, Node) else as_exp(ig)
     if ig.kind != RVALUE and (eager.computes_now(ig)
                               or count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS):

@@ -28,13 +28,12 @@ import warnings
 import numpy as np
 
 from ..tensor import capture as recording
-from ..tensor import dtypes
 from ..tensor.caches import memo_table
 from ..tensor.device import CPU
 from ..tensor.engine import realize as fuse
 from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
 from ..tensor.layout import contiguous
-from ..tensor.ops import OpDef
+from ..tensor.ops import OPS, OpDef, ReduceDef
 from ..tensor.storage import Storage
 from ..tensor.tensor import Tensor
 from .grad_mode import _modes
@@ -44,7 +43,7 @@ from .grad_mode import _modes
 for _module in (r"minitorch_exp\.node\.eager", r"minitorch_exp\.tensor\.ops"):
     warnings.filterwarnings("ignore", r".* encountered in ", RuntimeWarning, _module)
 
-_NUMBERS = (int, float, bool)
+NUMBERS = (int, float, bool)  # Python numbers, weak in dtype promotion as in NumPy
 _WEAK = {float: 1.0, int: 1, bool: True}  # what a Python number is to dtype promotion
 #: (op name, each operand's dtype or Python type) -> the registry's result dtype
 _DTYPES = memo_table("eager.dtypes", 4096)
@@ -56,10 +55,14 @@ def threshold() -> int:
     return _modes.threshold
 
 
+def now(shape: tuple, device=CPU) -> bool:
+    """Whether an op whose work has ``shape`` on ``device`` runs now (module docstring)."""
+    return math.prod(shape) < _modes.threshold and device is CPU and recording.active() is None
+
+
 def computes_now(e: Exp) -> bool:
-    """Whether an op whose work is the size of ``e`` runs now (see the module docstring)."""
-    return ((e.device is CPU or e.device == CPU) and math.prod(e.shape) < _modes.threshold
-            and recording.active() is None)
+    """``now`` for an op whose work is the size of ``e``."""
+    return now(e.shape, e.device)
 
 
 # ---- forward: an elementwise op of the registry ---------------------------------------
@@ -67,37 +70,44 @@ def computes_now(e: Exp) -> bool:
 def apply(row: OpDef, values) -> Tensor | None:
     """``row`` computed now on ``values`` (Tensors and Python numbers); None when laziness
     pays, an operand is an expression, or NumPy refuses (the lazy path then answers)."""
-    arrays, first = [], None
+    plain, first = [], None
     for v in values:
         if type(v) is Tensor:
-            arrays.append(v.array)
             if first is None:
                 first = v
-        elif type(v) in _NUMBERS:
-            arrays.append(v)
-        elif isinstance(v, np.generic) and v.dtype.kind in "biuf":
-            arrays.append(v.item())  # a NumPy scalar is a Python number (as_exp)
-        else:
-            return None
-    if first is None or not computes_now(first):
+        elif type(v) not in NUMBERS:
+            if not (isinstance(v, np.generic) and v.dtype.kind in "biuf"):
+                return None
+            v = v.item()  # a NumPy scalar is a Python number (as_exp)
+        plain.append(v)
+    return None if first is None else compute(row, plain, first)
+
+
+def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
+    """``apply`` for ``values`` known to be Tensors and Python numbers, ``first`` the
+    first Tensor among them."""
+    if (math.prod(first.shape) >= _modes.threshold or first.device is not CPU
+            or recording.active() is not None):  # computes_now, spelled out: every op asks
         return None
+    arrays = [v.array if type(v) is Tensor else v for v in values]
     if row.check is not None:
-        row.check(*(v if isinstance(v, Exp) else Scalar(a) for v, a in zip(values, arrays)))
+        row.check(*(v if type(v) is Tensor else Scalar(v) for v in values))
     try:
         result = row.numpy(*arrays)
     except (TypeError, ValueError, ArithmeticError):
         return None
     if not row.builtin:
         result = _own(result, arrays)
-    dtype = _result_dtype(row, arrays)
-    if result.dtype != dtype:
-        result = result.astype(dtype)
+    if result.dtype is not first.dtype:  # else the registry's too (test_eager_parity.py)
+        dtype = _result_dtype(row, arrays)
+        if result.dtype != dtype:
+            result = result.astype(dtype)
     return wrap(result)
 
 
 def _result_dtype(row: OpDef, arrays) -> np.dtype:
     """The registry's dtype for ``row`` over these operands (as tensor/expr.py's maps)."""
-    key = (row.name, *[type(a) if type(a) in _NUMBERS else a.dtype for a in arrays])
+    key = (row.name, *[type(a) if type(a) in NUMBERS else a.dtype for a in arrays])
     dtype = _DTYPES.get(key)
     if dtype is None:
         dtype = _DTYPES.keep(key, row.result_dtype([_WEAK.get(k, k) for k in key[1:]]))
@@ -105,15 +115,13 @@ def _result_dtype(row: OpDef, arrays) -> np.dtype:
 
 
 def wrap(arr) -> Tensor:
-    """A new CPU Tensor owning ``arr``, an array NumPy just made (a NumPy scalar for a 0-d
-    result); no copy when it is C-contiguous."""
+    """A new CPU Tensor owning ``arr``, an array of a supported dtype NumPy just made (a
+    NumPy scalar for a 0-d result); no copy when it is C-contiguous."""
     if type(arr) is not np.ndarray:
         arr = np.asarray(arr)
     elif not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
-    if arr.dtype not in dtypes.SUPPORTED:
-        arr = arr.astype(dtypes.default_dtype_for(arr))
-    flat = arr.reshape(-1)
+    flat = arr.ravel()  # a view: arr is C-contiguous
     t = Tensor.__new__(Tensor)
     layout = _LAYOUTS.get(arr.shape)
     if layout is None:
@@ -123,6 +131,42 @@ def wrap(arr) -> Tensor:
     return t
 
 
+_SAVERS = {"=": np.copyto, "+=": np.add, "-=": np.subtract, "*=": np.multiply,
+           "/=": np.true_divide}
+
+
+def assign(dst: Tensor, value, saver: str) -> bool:
+    """``dst <saver> value`` (``x -= lr * x.grad`` under no_grad) computed now, for a float
+    ``dst`` below the threshold and a float or number ``value`` of its shape (or 0-d), as
+    the engine would; False, having done nothing, for anything else (the engine's)."""
+    if type(value) is Tensor:
+        if value.shape != dst.shape and value.shape != () or value.dtype.kind != "f":
+            return False
+        value = value.array
+    elif type(value) not in NUMBERS:
+        return False
+    if dst.dtype.kind != "f" or 0 in dst.layout.strides or not computes_now(dst):
+        return False
+    dst.storage.before_write()  # realizes lazy values that still read the old numbers
+    write, arr = _SAVERS[saver], dst.array
+    if write is np.copyto:
+        np.copyto(arr, value)
+    else:
+        write(arr, value, out=arr)
+    return True
+
+
+def reduce(r: ReduceDef, x, axes: tuple, keepdims: bool) -> Tensor | None:
+    """The reduction ``r`` of ``x`` over ``axes`` computed now; None when laziness pays,
+    ``x`` is an expression or ``_fold`` cannot (the expression path answers, and says
+    why an empty axis cannot be reduced where the row has no identity)."""
+    if type(x) is not Tensor or not _folds(r, axes) or not computes_now(x):
+        return None
+    if not r.empty_ok and 0 in x.shape:
+        return None
+    return wrap(_fold(r, x.array, x.shape, axes, keepdims))
+
+
 # ---- backward: a row's derivative on arrays --------------------------------------------
 
 def derivative(row: OpDef, g, out: Tensor, args) -> tuple:
@@ -130,10 +174,17 @@ def derivative(row: OpDef, g, out: Tensor, args) -> tuple:
     arrays (``g``: an array or a Tensor) and Python numbers. Each is a new array, or
     ``g`` itself where the rule passes it on (``add``)."""
     garr = g if type(g) is np.ndarray else as_array(g)
-    arrays = [a.array if type(a) is Tensor else a for a in args]
-    grads = row.derivative(garr, out.array, *arrays)
-    return tuple(g if r is garr else r if r is None or type(r) is np.ndarray
-                 else as_array(r) for r in grads)
+    grads = row.derivative(garr, out.array, *[a.array if type(a) is Tensor else a for a in args])
+    for r in grads:
+        if r is garr or (r is not None and type(r) is not np.ndarray):
+            return tuple(g if r is garr else r if r is None else as_array(r) for r in grads)
+    return grads
+
+
+def backward_now(out) -> bool:
+    """Whether the backward of an op whose forward gave ``out`` runs at once: when the
+    forward did (``out`` is a Tensor, not an expression) and no capture records."""
+    return type(out) is Tensor and recording.active() is None
 
 
 def is_array(g) -> bool:
@@ -204,8 +255,8 @@ def _eval(e) -> np.ndarray:
             out = _own(out, args)
     elif t is Cast:
         out = np.asarray(_eval(e.x)).astype(e.dtype)
-    elif t is Reduce and e.op != "argmax":
-        out = _reduce(e, _eval(e.x))
+    elif t is Reduce and _folds(e.reduction, e.axes):
+        out = _fold(e.reduction, _eval(e.x), e.x.shape, e.axes, True).reshape(e.shape)
     elif t is Dot:
         out = np.matmul(_eval(e.a), _eval(e.b))
     elif t is ViewExp:
@@ -223,8 +274,19 @@ def _own(result, arrays):
     return result
 
 
-def _reduce(e: Reduce, x: np.ndarray) -> np.ndarray:
-    """A reduction as the engine computes it: sums accumulate wide (float64 for floats)."""
-    r = e.reduction
-    wide = {} if r.accumulate == "same" else {"dtype": r.accumulator_dtype(e.x.dtype)}
-    return np.asarray(r.numpy(x, axis=e.axes, keepdims=True, **wide)).reshape(e.shape)
+def _folds(r: ReduceDef, axes: tuple) -> bool:
+    """Whether ``_fold`` computes ``r`` over ``axes``: the row names the op that folds it
+    (argmax names none) and there is an axis to reduce."""
+    return r.combine is not None and len(axes) > 0
+
+
+def _fold(r: ReduceDef, x: np.ndarray, shape: tuple, axes: tuple, keepdims: bool):
+    """The reduction ``r`` of ``x`` as the engine computes it, with the ufunc of the row
+    it folds with (``add``, ``maximum``...): sums accumulate wide (float64 for floats),
+    a mean divides after."""
+    wide = None if r.accumulate == "same" else r.accumulator_dtype(x.dtype)
+    out = OPS[r.combine].numpy.reduce(x, axis=axes, dtype=wide, keepdims=keepdims)
+    if r.divide:
+        out = out / math.prod([shape[a] for a in axes])  # 0 / 0 is nan for an empty mean
+    dtype = r.result_dtype(x.dtype)
+    return np.asarray(out if out.dtype == dtype else out.astype(dtype))

@@ -315,7 +315,8 @@ class Node:
                                  f"tensor {self.shape}")
             return out
         other = other._value if isinstance(other, Node) else other
-        assign(self.value, as_exp(other), saver)
+        if not eager.assign(self.value, other, saver):  # at once, below the threshold
+            assign(self.value, as_exp(other), saver)
         return self
 
     def __iadd__(self, other):

@@ -20,6 +20,7 @@ import sys
 import numpy as np
 
 from ..tensor import capture, creation, dtypes
+from ..tensor.device import CPU
 from ..tensor.engine import evaluate_copy
 from ..tensor.expr import Dot, Exp, Reduce, apply_op, as_exp
 from ..tensor.layout import (
@@ -31,9 +32,10 @@ from ..tensor.layout import (
 )
 from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
-from . import eager, promotion
+from . import anomaly, eager, promotion
 from .eager import realize  # at once with NumPy below the fusion threshold, else fused
-from .function import Function, not_a_tensor
+from .function import Context, Function, not_a_tensor
+from .grad_mode import is_grad_enabled
 from .keywords import pytorch_arguments
 from .node import Node, index_key, install_methods
 
@@ -75,14 +77,53 @@ class Elementwise(Function):
         if op.derivative is None:
             raise RuntimeError(f"op {op.name!r} has no derivative; pass derivative= to "
                                "register_op to differentiate through it")
-        if type(out) is Tensor and op.builtin and eager.computes_now(out):
+        if op.builtin and eager.backward_now(out):
             return eager.derivative(op, g, out, args)
         return op.derivative(eager.to_tensor(g), out, *(as_exp(a) for a in args))
+
+    @classmethod
+    def apply_now(cls, op: str, args: tuple) -> Node | None:
+        """``apply`` for the everyday small case, computed at once (node/eager.py): Nodes
+        holding tensors of one shape and one float dtype (promotion leaves them alone)
+        and Python numbers, below the fusion threshold. It keeps what PyTorch-style
+        eager keeps: the value and, when recording, the inputs and what backward reads,
+        with its versions (docs/eager.md). None: the general path answers."""
+        values, needs, first = [], [], None
+        for a in args:
+            if isinstance(a, Node):
+                v = a._value
+                if first is None:
+                    if type(v) is not Tensor or v.dtype.kind != "f":
+                        return None
+                    first = v
+                elif type(v) is not Tensor or v.shape != first.shape or v.dtype is not first.dtype:
+                    return None
+                needs.append(a.requires_grad)
+            elif type(a) in eager.NUMBERS:
+                v = a
+                needs.append(False)
+            else:
+                return None
+            values.append(v)
+        out = None if first is None else eager.compute(OPS[op], values, first)
+        if out is None or anomaly.is_anomaly_enabled():
+            return None
+        node = Node(out)
+        if True in needs and is_grad_enabled() and out.dtype.kind == "f":
+            ctx = Context(cls, tuple(needs))
+            ctx.attrs = {"op": op}
+            ctx.save_for_backward(*values, out)
+            ctx.inputs = args
+            node.requires_grad, node.grad_fn = True, ctx
+        return node
 
 
 def elementwise(op: str, *args) -> Node:
     """Apply op ``op``; broadcast operands are expanded explicitly in the graph first, and
     operands converted to the dtype PyTorch's promotion gives (node/promotion.py)."""
+    node = Elementwise.apply_now(op, args)  # the everyday small case, computed at once
+    if node is not None:
+        return node
     if promotion.needs_cast(args):
         args = promotion.cast_operands(OPS[op], _constants(args), astype)
     if _same_shape_nodes_and_numbers(args):
@@ -250,11 +291,14 @@ def getitem(x: Node, key) -> Node:
 
 # ---- reductions ----------------------------------------------------------------
 
-def _grad_to_input(g, ctx):
-    """Broadcast a reduction's gradient back over the axes it removed."""
+def _grad_to_input(g, ctx, at_once: bool = True):
+    """Broadcast a reduction's gradient back over the axes it removed: below the fusion
+    threshold (and ``at_once``), as a read-only NumPy view (node/eager.py)."""
     shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
     kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
-    return g.reshape(kept).broadcast_to(shape)
+    if at_once and eager.now(shape, CPU if type(g) is np.ndarray else g.device):
+        return np.broadcast_to(eager.as_array(g).reshape(kept), shape)
+    return eager.to_tensor(g).reshape(kept).broadcast_to(shape)
 
 
 class Reduction(_Op):
@@ -262,12 +306,15 @@ class Reduction(_Op):
     ``Mean``, ``Amax``, ``Amin``; ``_reduction_class``), whose ``reduction`` is the row."""
 
     reduction: ReduceDef
+    array_grads = True
 
     @staticmethod
     def forward(ctx, x, axes, keepdims):
         r = ctx.fn.reduction
         ctx.attrs["in_shape"] = x.shape
-        out = Reduce(r, x, axes, keepdims)
+        out = eager.reduce(r, x, axes, keepdims)  # None: kept lazy, its input fused into it
+        if out is None:
+            out = Reduce(r, x, axes, keepdims)
         if r.saves:
             out = realize(out)
             ctx.save_for_backward(x, out)
@@ -277,12 +324,12 @@ class Reduction(_Op):
     def backward(ctx, g):
         r = ctx.fn.reduction
         x = out = None
-        if r.saves:
+        if r.saves:  # max and min: a rule of expressions, reading x and out
             x, out = ctx.saved_tensors
-            out = _grad_to_input(out, ctx)
+            out = _grad_to_input(out, ctx, at_once=False)
         shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
         count = math.prod(shape[a] for a in axes)
-        return (r.derivative(_grad_to_input(g, ctx), x, out, axes, count),)
+        return (r.derivative(_grad_to_input(g, ctx, not r.saves), x, out, axes, count),)
 
 
 def _axes(x: Node, axis):

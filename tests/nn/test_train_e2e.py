@@ -132,6 +132,7 @@ def test_matches_pytorch_training(mnist, device):
         np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=rtol, atol=atol)
 
 
+@pytest.mark.usefixtures("fuse_all")  # kernels of a small model, fused
 @pytest.mark.parametrize("device", DEVICES)
 def test_training_step_kernel_count_is_bounded(device):
     """One MLP step (forward, cross-entropy, backward, SGD-momentum) in a few dozen kernels."""

@@ -1,0 +1,422 @@
+"""Eager speed on small tensors (issue 22): minitorch_exp against NumPy, a plain-Python
+autograd over NumPy and PyTorch, all in this process, taking turns.
+
+Sections (``--only`` picks some):
+
+* ``ops``: per-op cost on 2x2 float32 -- one op forward, a chain of 10 forward, a
+  chain of 10 forward + backward (``x = x * w``; values realized) -- for NumPy (no
+  autograd), ``micrograd`` (the plain-Python autograd below), PyTorch with
+  ``requires_grad`` and ours;
+* ``tutorials``: a step of PyTorch's "learning PyTorch with examples" polynomial fit
+  (autograd version: y = a + b x + c x^2 + d x^3 over 2000 points, ``loss.backward()``,
+  SGD by hand under ``no_grad``), and of its dynamic network (64 x 1000 -> 100 -> 10,
+  ReLU, the middle layer applied 0-3 times at random, SGD with momentum);
+* ``mlp``: the eager training step of ``bench_mlp.py`` (784-256-10 and 784-512-256-10,
+  batch 32 and 128, SGD with momentum, cross-entropy) at 1 and 2 threads;
+* ``sweep``: a chain of 10 elementwise ops, forward and backward, at sizes from 16 to
+  2^20 elements, computed at once (threshold above the size) and fused (threshold 0):
+  where fusing starts to pay is the fusion threshold (node/grad_mode.py);
+* ``--load``: the MNIST MLP step (784-256-10, batch 128, eager and captured) with
+  ``3 x cores`` busy processes in the background, default threads against one thread.
+
+Ratios are time over PyTorch's (``ops`` also over NumPy's); below 1.00x is faster. The
+machine's load average is printed before each section: compare rows of one run.
+
+Run: ``python benchmarks/bench_eager.py [--quick] [--only ops,tutorials,mlp,sweep]
+[--load]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import multiprocessing
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_mlp import ARCHS, batches, initial_weights, minitorch_step, torch_step  # noqa: E402
+from common import Table, interleaved_timeit, pin_threads, print_machine_info  # noqa: E402, I001
+
+import minitorch_exp as mt  # noqa: E402
+from minitorch_exp import nn  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # the PyTorch rows are left out
+    torch = None
+
+CHAIN = 10
+
+
+def load_line() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cores"
+
+
+# ---------------------------------------------------------------- a plain-Python autograd
+
+class Value:
+    """micrograd's design over NumPy arrays: each op keeps its inputs and a closure that
+    adds its inputs' gradients; backward walks them in reverse topological order."""
+
+    __slots__ = ("data", "grad", "_prev", "_backward")
+
+    def __init__(self, data, prev=()):
+        self.data, self.grad, self._prev, self._backward = data, None, prev, None
+
+    def _add_grad(self, g):
+        self.grad = g if self.grad is None else self.grad + g
+
+    def __mul__(self, other):
+        out = Value(self.data * other.data, (self, other))
+
+        def backward():
+            self._add_grad(out.grad * other.data)
+            other._add_grad(out.grad * self.data)
+        out._backward = backward
+        return out
+
+    def sum(self):
+        out = Value(self.data.sum(), (self,))
+
+        def backward():
+            self._add_grad(np.broadcast_to(out.grad, self.data.shape))
+        out._backward = backward
+        return out
+
+    def backward(self):
+        order, seen, stack = [], set(), [(self, False)]
+        while stack:
+            v, done = stack.pop()
+            if done:
+                order.append(v)
+            elif id(v) not in seen:
+                seen.add(id(v))
+                stack.append((v, True))
+                stack.extend((p, False) for p in v._prev)
+        self.grad = np.ones_like(self.data)
+        for v in reversed(order):
+            if v._backward is not None:
+                v._backward()
+
+
+# ---------------------------------------------------------------- per-op cost
+
+def op_peers(shape=(2, 2)) -> dict:
+    """name -> (a, b, realize): two leaves of ``shape`` and what makes a value computed."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    peers = {"numpy": (a, b, None), "micrograd": (Value(a.copy()), Value(b.copy()), None)}
+    if torch is not None:
+        peers["pytorch"] = (torch.tensor(a, requires_grad=True),
+                            torch.tensor(b, requires_grad=True), None)
+    peers["ours"] = (mt.tensor(a, requires_grad=True), mt.tensor(b, requires_grad=True),
+                     mt.Node.realize)
+    return peers
+
+
+def op_steps(x0, w, realize, backward: bool):
+    """One op, a chain of 10, and (``backward``) a chain of 10 with ``sum().backward()``."""
+    def one():
+        y = x0 * w
+        if realize:
+            realize(y)
+
+    def chain():
+        x = x0
+        for _ in range(CHAIN):
+            x = x * w
+        if backward:
+            x.sum().backward()
+        elif realize:
+            realize(x)
+
+    return one, chain
+
+
+def per_op(min_time: float) -> Table:
+    print(f"\n== per-op cost, 2x2 float32, 1 thread ({load_line()})")
+    table = Table("eager_ops", baseline="pytorch" if torch is not None else "numpy")
+    peers = op_peers()
+    steps = {}
+    for name, (a, b, realize) in peers.items():
+        one, chain = op_steps(a, b, realize, backward=False)
+        steps[(name, "forward, one op")] = (one, 1)
+        steps[(name, f"forward, chain of {CHAIN}, per op")] = (chain, CHAIN)
+        if name != "numpy":
+            steps[(name, f"forward + backward, chain of {CHAIN}, per op")] = (
+                op_steps(a, b, realize, backward=True)[1], CHAIN)
+    times = interleaved_timeit({key: fn for key, (fn, _) in steps.items()}, min_time)
+    for (name, what), (_, ops) in steps.items():
+        table.add(name, what, times[(name, what)] / ops)
+    table.print()
+    _ratios(table, "ours", "numpy")
+    return table
+
+
+def _ratios(table: Table, name: str, other: str) -> None:
+    """Print ``name``'s time over ``other``'s for every size both have."""
+    rows = {(r.name, r.size): r.seconds for r in table.rows}
+    for (n, size), seconds in rows.items():
+        if n == name and (other, size) in rows:
+            print(f"  {name} / {other}, {size}: {seconds / rows[(other, size)]:.2f}x")
+
+
+# ---------------------------------------------------------------- PyTorch's tutorials
+
+def polynomial_step(lib):
+    """The tutorial's autograd step (``lib``: ``torch`` or ``mt``), its loss returned."""
+    xs = np.linspace(-math.pi, math.pi, 2000, dtype=np.float32)
+    x, y = lib.tensor(xs), lib.tensor(np.sin(xs))
+    rng = np.random.default_rng(0)
+    params = [lib.tensor(np.float32(v), requires_grad=True) for v in rng.standard_normal(4)]
+    lr = 1e-6
+
+    def step():
+        a, b, c, d = params
+        y_pred = a + b * x + c * x ** 2 + d * x ** 3
+        loss = ((y_pred - y) ** 2).sum()
+        loss.backward()
+        with lib.no_grad():
+            for p in params:
+                p -= lr * p.grad
+                p.grad = None
+        return loss
+
+    return step
+
+
+def polynomial_numpy_step():
+    """The tutorial's NumPy version: the same step with its gradients written by hand."""
+    x = np.linspace(-math.pi, math.pi, 2000, dtype=np.float32)
+    y = np.sin(x)
+    a, b, c, d = np.random.default_rng(0).standard_normal(4).astype(np.float32)
+    params = np.array([a, b, c, d], dtype=np.float32)
+    lr = np.float32(1e-6)
+
+    def step():
+        a, b, c, d = params
+        y_pred = a + b * x + c * x ** 2 + d * x ** 3
+        grad_y_pred = 2.0 * (y_pred - y)
+        grads = [grad_y_pred.sum(), (grad_y_pred * x).sum(), (grad_y_pred * x ** 2).sum(),
+                 (grad_y_pred * x ** 3).sum()]
+        params[:] -= lr * np.array(grads, dtype=np.float32)
+
+    return step
+
+
+def dynamic_net_step(lib, nn_mod, seed: int = 0):
+    """The tutorial's dynamic network: the middle layer reused 0-3 times (the same
+    random depths, drawn from ``seed``, for every library), MSE summed, SGD + momentum."""
+    rng = np.random.default_rng(seed)
+    x = lib.tensor(rng.standard_normal((64, 1000)).astype(np.float32))
+    y = lib.tensor(rng.standard_normal((64, 10)).astype(np.float32))
+    layers = [nn_mod.Linear(1000, 100), nn_mod.Linear(100, 100), nn_mod.Linear(100, 10)]
+    params = [p for layer in layers for p in layer.parameters()]
+    opt = (lib.optim if lib is torch else nn_mod.optim).SGD(params, lr=1e-4, momentum=0.9)
+    depths = random.Random(seed)
+
+    def step():
+        h = layers[0](x).relu()
+        for _ in range(depths.randint(0, 3)):
+            h = layers[1](h).relu()
+        loss = ((layers[2](h) - y) ** 2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def tutorials(min_time: float) -> Table:
+    print(f"\n== PyTorch's tutorials, time per step, 1 thread ({load_line()})")
+    table = Table("eager_tutorials", baseline="pytorch" if torch is not None else "numpy")
+    steps = {("numpy", "polynomial"): polynomial_numpy_step(),
+             ("ours", "polynomial"): polynomial_step(mt),
+             ("ours", "dynamic net"): dynamic_net_step(mt, nn)}
+    if torch is not None:
+        steps[("pytorch", "polynomial")] = polynomial_step(torch)
+        steps[("pytorch", "dynamic net")] = dynamic_net_step(torch, torch.nn)
+    times = interleaved_timeit(steps, min_time)
+    for (name, what), seconds in times.items():
+        table.add(name, what, seconds)
+    table.print()
+    return table
+
+
+# ---------------------------------------------------------------- the eager MLP step
+
+def mlp(min_time: float, thread_counts=(1, 2)) -> Table:
+    table = Table("eager_mlp", baseline="pytorch" if torch is not None else "ours")
+    for threads in thread_counts:
+        pin_threads(threads)
+        print(f"\n== eager MLP training step, {threads} thread(s) ({load_line()})")
+        for arch, sizes in ARCHS.items():
+            weights = initial_weights(sizes)
+            for batch in (32, 128):
+                data = batches(batch)
+                steps = {"ours": minitorch_step(weights, data)[0]}
+                if torch is not None:
+                    steps["pytorch"] = torch_step(weights, data)[0]
+                for name, seconds in interleaved_timeit(steps, min_time).items():
+                    table.add(name, f"{arch} b{batch} t{threads}", seconds)
+    table.print()
+    return table
+
+
+# ---------------------------------------------------------------- the threshold's crossover
+
+SWEEP_SIZES = [16, 64, 256, 1024, 2048, 4096, 8192, 16384, 65536, 1 << 18, 1 << 20]
+
+
+def chain_step(n: int):
+    """10 elementwise ops on ``n`` float32 elements, forward and backward."""
+    rng = np.random.default_rng(0)
+    x, w, b = (mt.tensor(rng.standard_normal(n).astype(np.float32), requires_grad=True)
+               for _ in range(3))
+
+    def step():
+        h = x
+        for i in range(CHAIN):
+            h = (h * w, h + b, h.tanh())[i % 3]
+        h.sum().backward()
+
+    return step
+
+
+def with_threshold(step, threshold: int):
+    def run():
+        with mt.fusion(threshold=threshold):
+            step()
+    return run
+
+
+def sweep(min_time: float) -> Table:
+    print(f"\n== computed at once against fused: a chain of {CHAIN} ops forward and "
+          f"backward, float32, 1 thread ({load_line()})")
+    table = Table("eager_sweep", baseline="at once")
+    crossover = None
+    for n in SWEEP_SIZES:
+        step = chain_step(n)
+        times = interleaved_timeit({"at once": with_threshold(step, n + 1),
+                                    "fused": with_threshold(step, 0)}, min_time)
+        for name, seconds in times.items():
+            table.add(name, n, seconds)
+        if crossover is None and times["fused"] < times["at once"]:
+            crossover = n
+    table.print()
+    print(f"fusing first pays at {crossover} elements; the default threshold is "
+          f"{mt.get_fusion_threshold()} (MINITORCH_FUSION_THRESHOLD, "
+          "mt.set_fusion_threshold)")
+    return table
+
+
+# ---------------------------------------------------------------- a busy machine
+
+def _busy(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+def under_load(min_time: float, defaults: dict) -> Table:
+    """The MNIST MLP step with ``3 x cores`` busy processes: default threads (``defaults``,
+    each library's own) against one."""
+    cores = os.cpu_count() or 1
+    weights, data = initial_weights(ARCHS["784-256-10"]), batches(128)
+    steps = {"ours eager": minitorch_step(weights, data)[0],
+             "ours captured": minitorch_step(weights, data, captured=True)[0]}
+    if torch is not None:
+        steps["pytorch"] = torch_step(weights, data)[0]
+    stop = multiprocessing.Event()
+    workers = [multiprocessing.Process(target=_busy, args=(stop,), daemon=True)
+               for _ in range(3 * cores)]
+    for w in workers:
+        w.start()
+    time.sleep(1.0)
+    print(f"\n== MNIST MLP step (784-256-10, batch 128) beside {len(workers)} busy processes "
+          f"({load_line()}); default threads: {defaults}")
+    table = Table("eager_load", baseline="1 thread")
+    try:
+        runs = {(name, threads): step for name, step in steps.items()
+                for threads in ("default", "1 thread")}
+        setups = {key: functools.partial(pin_threads_to, None if key[1] == "default" else 1,
+                                         defaults) for key in runs}
+        times = interleaved_timeit(runs, min_time, setups=setups)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    for (name, threads), seconds in times.items():
+        table.add(threads, name, seconds)
+    table.print()
+    for name in steps:
+        d, one = times[(name, "default")], times[(name, "1 thread")]
+        print(f"  {name}: {128 / d:,.0f} samples/s default, {128 / one:,.0f} with one "
+              f"thread: default = {one / d:.2f}x one thread")
+    pin_threads_to(None, defaults)
+    return table
+
+
+def thread_defaults() -> dict:
+    """The thread counts each library starts with (what ``pin_threads_to(None)`` restores)."""
+    import numba
+    from threadpoolctl import threadpool_info
+    found = {"numba": numba.get_num_threads(),
+             "blas": max((p["num_threads"] for p in threadpool_info()), default=1)}
+    if torch is not None:
+        found["torch"] = torch.get_num_threads()
+    return found
+
+
+def pin_threads_to(n: int | None, defaults: dict) -> None:
+    """Every library to ``n`` threads, or (None) back to its defaults."""
+    import numba
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(limits=n or defaults["blas"])
+    numba.set_num_threads(n or defaults["numba"])
+    if torch is not None:
+        torch.set_num_threads(n or defaults["torch"])
+
+
+# ---------------------------------------------------------------- driver
+
+SECTIONS = {"ops": per_op, "tutorials": tutorials, "mlp": mlp, "sweep": sweep}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"comma-separated sections of {', '.join(SECTIONS)}")
+    parser.add_argument("--load", action="store_true",
+                        help="also run the MNIST step beside 3 x cores busy processes")
+    parser.add_argument("--quick", action="store_true", help="shorter measurements")
+    parser.add_argument("--min-time", type=float, default=1.0,
+                        help="seconds of measurement per group of rows")
+    args = parser.parse_args(argv)
+    min_time = 0.25 if args.quick else args.min_time
+    defaults = thread_defaults()  # before any section pins them
+    print_machine_info()
+    print(f"{'load':>22}: {load_line()}")
+    for name in args.only.split(","):
+        if name not in SECTIONS:
+            parser.error(f"unknown section {name!r}; expected some of {', '.join(SECTIONS)}")
+        if name != "mlp":
+            pin_threads(1)
+        SECTIONS[name](min_time).write()
+    if args.load:
+        under_load(min_time, defaults).write()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
