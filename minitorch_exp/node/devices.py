@@ -14,22 +14,31 @@ import threading
 from ..tensor.device import CPU, Device, as_device
 
 
-class device(Device):  # noqa: N801 -- PyTorch's name
+class device:  # noqa: N801 -- PyTorch's name
     """``mt.device("cpu")``, ``mt.device("cuda")``, ``mt.device("cuda:1")``,
-    ``mt.device("cuda", 1)``: a Device, equal to the Device it names and to its
-    string (``mt.device("cuda") == "cuda:0"``)."""
+    ``mt.device("cuda", 1)``: a value naming a device, accepted wherever ``device=`` is;
+    equal to the Device it names (``x.device == mt.device("cpu")``) and to its string
+    (``mt.device("cuda") == "cuda:0"``). Anything taking a device reads it through its
+    string, so it never becomes a tensor's ``device`` itself."""
 
-    __slots__ = ()
+    __slots__ = ("type", "index")
 
-    def __new__(cls, type: str | Device, index: int | None = None):  # noqa: A002
-        if isinstance(type, Device) and index is None:
-            d = type
+    def __init__(self, type: str | Device | device, index: int | None = None):  # noqa: A002
+        if isinstance(type, (Device, device)) and index is None:
+            d = as_device(str(type))
         elif not isinstance(type, str):
             raise TypeError(f"device: expected a string such as 'cpu' or 'cuda:0', or a "
                             f"device, got {type!r}")
         else:
             d = as_device(type if index is None else f"{type}:{int(index)}")
-        return super().__new__(cls, d.type, d.index)
+        self.type, self.index = d.type, d.index
+
+    def __str__(self) -> str:
+        return str(Device(self.type, self.index))
+
+    def __repr__(self) -> str:
+        index = "" if self.type == "cpu" else f", index={self.index}"
+        return f"device(type='{self.type}'{index})"
 
     def __eq__(self, other) -> bool:
         if isinstance(other, str):
@@ -37,12 +46,12 @@ class device(Device):  # noqa: N801 -- PyTorch's name
                 other = as_device(other)
             except ValueError:
                 return False
-        return tuple.__eq__(self, other)
+        if not isinstance(other, (Device, device)):
+            return NotImplemented
+        return (self.type, self.index) == (other.type, other.index)
 
-    def __ne__(self, other) -> bool:
-        return not self == other
-
-    __hash__ = Device.__hash__
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))  # a Device's hash: the two are equal
 
 
 class _Default(threading.local):

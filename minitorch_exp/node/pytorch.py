@@ -26,6 +26,7 @@ from ..tensor.creation import default_generator
 from ..tensor.device import Device, as_device
 from . import ops
 from .devices import default_device
+from .devices import device as TorchDevice
 from .grad_mode import no_grad
 from .keywords import pytorch_arguments
 from .node import Node, empty, from_numpy, randn, tensor
@@ -99,7 +100,7 @@ def to(x: Node, *args, dtype=None, device=None, non_blocking: bool = False,
             device, dtype = a.device, a.dtype
         elif _is_dtype(a):
             dtype = a
-        elif isinstance(a, (str, Device)):
+        elif isinstance(a, (str, Device, TorchDevice)):
             device = a
         else:
             raise TypeError(f"to(): expected a device ('cpu', 'cuda:0', mt.device), a dtype "

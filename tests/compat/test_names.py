@@ -300,7 +300,10 @@ def test_device_values():
     assert mt.zeros(1).device == mt.device("cpu")  # x.device == "cpu" is False, as in torch
     assert hash(mt.device("cpu")) == hash(mt.zeros(1).device)
     assert mt.device(mt.device("cuda")) == "cuda:0"
-    assert mt.zeros(2, device=mt.device("cpu")).device == mt.device("cpu")
+    made = mt.zeros(2, device=mt.device("cpu"))
+    assert made.device == mt.device("cpu") and type(made.device) is type(mt.zeros(1).device)
+    assert repr(d) == "device(type='cuda', index=1)" and repr(mt.device("cpu")) == \
+        "device(type='cpu')"
     with pytest.raises(ValueError, match="unknown device"):
         mt.device("gpu")
     with pytest.raises(TypeError, match="expected a string"):
