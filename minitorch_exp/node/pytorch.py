@@ -74,7 +74,7 @@ class _TensorType(type):
         return isinstance(obj, Node)
 
     def __subclasscheck__(cls, sub) -> bool:
-        return issubclass(sub, Node)
+        return sub is cls or issubclass(sub, Node)
 
 
 class Tensor(metaclass=_TensorType):
@@ -347,13 +347,15 @@ def normal(mean, std, size=None, *, generator=None, dtype=None, device=None,
     if tensors:
         shape = np.broadcast_shapes(*(a.shape for a in tensors))
         like = tensors[0]
-        dtype, device = dtype or like.dtype, device or like.device
+        dtype = like.dtype if dtype is None else dtype
+        device = like.device if device is None else device
     elif size is None:
         raise TypeError("normal(mean, std, size): give size when mean and std are numbers")
     else:
         shape = (size,) if isinstance(size, int) else tuple(size)
     with no_grad():
-        out = randn(shape, dtype=dtype or dtypes.float32, device=device, generator=generator)
+        out = randn(shape, dtype=dtypes.float32 if dtype is None else dtype, device=device,
+                    generator=generator)
         out = (out * std + mean).detach().realize()
     return out.requires_grad_(requires_grad)
 
@@ -367,13 +369,13 @@ def randint(*args, size=None, generator=None, dtype=None, device=None,
     shape = (size,) if isinstance(size, int) else tuple(size)
     rng = generator or default_generator()
     values = rng.integers(low, high, shape)
-    return _made(values, dtype or dtypes.int64, device, requires_grad)
+    return _made(values, dtypes.int64 if dtype is None else dtype, device, requires_grad)
 
 
 def randperm(n: int, *, generator=None, dtype=None, device=None) -> Node:
     """A random permutation of ``0 .. n-1``."""
     rng = generator or default_generator()
-    return _made(rng.permutation(n), dtype or dtypes.int64, device, False)
+    return _made(rng.permutation(n), dtypes.int64 if dtype is None else dtype, device, False)
 
 
 def as_tensor(data, dtype=None, device=None) -> Node:

@@ -124,6 +124,9 @@ def test_random_creation_functions():
     r = mt.randint(3, 7, (1000,))
     assert r.dtype == np.int64 and r.min().item() >= 3 and r.max().item() <= 6
     assert mt.randint(5, (4,)).shape == (4,)
+    assert mt.randint(5, (4,), dtype=mt.int32).dtype == np.int32
+    assert mt.normal(mt.zeros(3, dtype=mt.float64), 1.0).dtype == np.float64
+    assert mt.randperm(4, dtype=mt.int32).dtype == np.int32
     assert sorted(mt.randperm(6).tolist()) == list(range(6))
     with pytest.raises(TypeError, match="size"):
         mt.normal(0.0, 1.0)
@@ -526,6 +529,7 @@ def test_tensor_type_and_legacy_constructor():
     assert x.dtype == np.float32 and x.tolist() == [1.0, 2.0]
     assert mt.Tensor(2, 3).shape == (2, 3) and mt.Tensor((4,)).shape == (4,)
     assert isinstance(mt.zeros(1), mt.Tensor) and issubclass(mt.Node, mt.Tensor)
+    assert issubclass(mt.Tensor, mt.Tensor) and not issubclass(int, mt.Tensor)
     assert not isinstance(np.zeros(1), mt.Tensor) and mt.is_tensor(x) and mt.numel(x) == 2
 
 
