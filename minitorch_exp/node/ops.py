@@ -333,6 +333,12 @@ class Reduction(_Op):
 
 
 def _axes(x: Node, axis):
+    if x.ndim == 0 and axis is not None:  # PyTorch reduces a 0-d tensor over dim 0 or -1
+        for a in axis if isinstance(axis, tuple) else (axis,):
+            if a not in (0, -1):
+                raise IndexError(f"axis {a!r} is out of range for a 0-d tensor: expected 0 or "
+                                 "-1 (as PyTorch), or None")
+        return ()
     return normalize_axes(axis, x.ndim, x.shape)
 
 

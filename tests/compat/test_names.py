@@ -355,6 +355,16 @@ def test_reductions_take_dim_keepdim_and_axis_keepdims(name):
         getattr(x, name)(dim=1, axis=1)
 
 
+def test_a_0d_tensor_reduces_over_dim_0_or_minus_1():
+    x = mt.tensor(2.5, requires_grad=True)
+    for dim in (0, -1, (0,)):
+        assert x.sum(dim).shape == () and x.mean(dim, keepdim=True).item() == 2.5
+    x.amax(-1).backward()
+    assert x.grad.item() == 1.0 and mt.softmax(x, -1).item() == 1.0
+    with pytest.raises(IndexError, match="out of range for a 0-d tensor"):
+        x.sum(1)
+
+
 def test_dim_on_the_rest():
     x = mt.tensor(arr(0, 3, 4))
     np.testing.assert_array_equal(x.argmax(dim=1, keepdim=True).numpy(),
