@@ -1,7 +1,8 @@
 """Convolutions and a LeNet training step: minitorch_exp vs PyTorch CPU eager.
 
 Three tables per thread count, every row of a table timed in this process, the
-frameworks taking turns (``interleaved_timeit``), medians of 5 rounds:
+frameworks taking turns (``interleaved_timeit``, with a pause before each block so
+that one library's spinning threads do not slow the next), medians of 7 rounds:
 
 * ``cnn_conv_t<n>``: one conv2d, forward and backward (input and weight
   gradients; the first layer's input needs none), at LeNet's shapes and at the
@@ -11,10 +12,11 @@ frameworks taking turns (``interleaved_timeit``), medians of 5 rounds:
   captured (``mt.capture``, as the example runs it), and PyTorch. Dropout is
   off in both, so that a check first confirms the two take the same steps;
 * ``cnn_breakdown_t<n>``: where minitorch_exp's step spends its time, each part
-  timed alone at the step's shapes: im2col copies, the GEMMs of the
-  convolutions and of the linear layers, col2im, pooling, and the rest of the
-  step (ReLU and bias passes, loss, Adam) as the captured step minus those
-  parts; Python and graph overhead as eager minus captured.
+  timed alone (captured) at the step's shapes, taking turns with the steps:
+  im2col copies, the GEMMs of the convolutions and of the linear layers,
+  col2im, pooling, and the rest of the step (ReLU and bias passes, the
+  gradient's transposes, loss, Adam) as the captured step minus those parts;
+  Python and graph overhead as eager minus captured.
 
     python benchmarks/bench_cnn.py                  # 1 and 2 threads
     python benchmarks/bench_cnn.py --threads 1 --min-time 1.0
@@ -25,8 +27,10 @@ Results go to ``benchmarks/results/cnn_*``; ``docs/conv.md`` discusses them.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +62,8 @@ CONVS = {
     "32->64 k3 p1 14x14": ((BATCH, 32, 14, 14), 64, 3, 1, True),
 }
 POOL = 4  # distinct batches cycled through
+PAUSE = 0.2  # seconds of quiet before each timed block (see ``timed``)
+ROUNDS = 7  # interleaved rounds per table; the median is kept (--rounds)
 
 
 class Cycle:
@@ -228,18 +234,29 @@ def breakdown_parts(data) -> dict:
             out.backward(mt.ones_like(out))
             p.grad = None
 
-    return {
+    parts = {
         "im2col (2 convs)": lambda: (im2col.im2col(x1, win1), im2col.im2col(x2, win2)),
         "GEMM, convolutions (5)": gemms_conv,
         "col2im (conv2)": lambda: im2col.col2im(gcols2, win2, x2.shape),
         "max-pool fwd+bwd (2)": pooling,
         "GEMM, linear layers (6)": gemms_linear,
     }
+    # captured, as the step runs: the same kernels into buffers kept from call to call
+    # (a fresh 16 MB result each call would add its page faults to the part's time)
+    return {name: mt.capture(part) for name, part in parts.items()}
 
 
 # ---------------------------------------------------------------- driver
 
-def run_threads(threads: int, min_time: float, has_torch: bool) -> list[str]:
+def timed(steps: dict, min_time: float, rounds: int) -> dict:
+    """``interleaved_timeit`` with a pause before each block: the threads of the block
+    before (OpenMP's, OpenBLAS's) stop spinning first, instead of taking the cores from
+    the next framework on a machine with as many cores as threads."""
+    pause = {name: functools.partial(time.sleep, PAUSE) for name in steps}
+    return interleaved_timeit(steps, min_time * len(steps), rounds=rounds, setups=pause)
+
+
+def run_threads(threads: int, min_time: float, rounds: int, has_torch: bool) -> list[str]:
     pinned = pin_threads(threads)
     print(f"\n=== {threads} thread(s): {pinned}", flush=True)
     tag = f"t{threads}"
@@ -250,7 +267,7 @@ def run_threads(threads: int, min_time: float, has_torch: bool) -> list[str]:
         steps = {"minitorch_exp": minitorch_conv(shape, out, k, pad, input_grad)}
         if has_torch:
             steps["pytorch"] = torch_conv(shape, out, k, pad, input_grad)
-        times = interleaved_timeit(steps, min_time * len(steps))
+        times = timed(steps, min_time, rounds)
         for framework, t in times.items():
             conv_table.add(framework, name, t)
         print(f"  conv {name}: " + ", ".join(f"{f} {format_seconds(t)}"
@@ -266,7 +283,10 @@ def run_threads(threads: int, min_time: float, has_torch: bool) -> list[str]:
              "minitorch_exp captured": minitorch_lenet(state, data, captured=True)[0]}
     if has_torch:
         steps["pytorch"] = torch_lenet(state, data)[0]
-    times = interleaved_timeit(steps, min_time * len(steps))
+    parts = breakdown_parts(data)
+    # the parts take turns with the steps, so that a noisy neighbour slows all of them alike
+    times = timed({**steps, **parts}, min_time, rounds)
+    parts = {name: times.pop(name) for name in parts}
     lenet_table = Table(f"cnn_lenet_{tag}", baseline="pytorch" if has_torch else None)
     for framework, t in times.items():
         lenet_table.add(framework, f"LeNet b{BATCH}", t)
@@ -278,7 +298,6 @@ def run_threads(threads: int, min_time: float, has_torch: bool) -> list[str]:
         ratio = f"{times['pytorch'] / t:.2f}x" if "pytorch" in times else ""
         lines.append(f"| {framework} | {format_seconds(t)} | {BATCH / t:,.0f} | {ratio} |")
 
-    parts = interleaved_timeit(breakdown_parts(data), min_time * 5)
     captured, eager = times["minitorch_exp captured"], times["minitorch_exp"]
     parts["rest of the step (ReLU, bias, loss, Adam)"] = captured - sum(parts.values())
     parts["Python and graph (eager - captured)"] = eager - captured
@@ -286,8 +305,10 @@ def run_threads(threads: int, min_time: float, has_torch: bool) -> list[str]:
     lines += ["", "| part of the minitorch_exp step | time | share of eager |",
               "| --- | ---: | ---: |"]
     for part, t in parts.items():
-        breakdown.add(part, f"LeNet b{BATCH}", t)
-        lines.append(f"| {part} | {format_seconds(t)} | {t / eager:.0%} |")
+        if t > 0:  # a difference of medians can come out below zero on a busy machine
+            breakdown.add(part, f"LeNet b{BATCH}", t)
+        shown = format_seconds(t) if t > 0 else f"-{format_seconds(-t)} (noise)"
+        lines.append(f"| {part} | {shown} | {t / eager:.0%} |")
     breakdown.write()
     lines.append("")
     print("\n".join(lines), flush=True)
@@ -300,6 +321,8 @@ def main(argv=None) -> int:
                         help="thread counts for every library, one set of tables each")
     parser.add_argument("--min-time", type=float, default=0.5,
                         help="seconds of measurement per row")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help="interleaved rounds per table (the median is kept)")
     args = parser.parse_args(argv)
     print_machine_info()
     try:
@@ -310,12 +333,13 @@ def main(argv=None) -> int:
         print("PyTorch not installed: its rows are skipped")
     lines = []
     for threads in args.threads:
-        lines += run_threads(threads, args.min_time, has_torch)
+        lines += run_threads(threads, args.min_time, args.rounds, has_torch)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     text = (f"# LeNet training step, batch {BATCH}\n\nLoad average at the end: {load} "
-            f"({os.cpu_count()} logical cores). Medians of 5 interleaved rounds; "
+            f"({os.cpu_count()} logical cores). Medians of {args.rounds} interleaved rounds; "
             "throughput vs PyTorch = PyTorch's time / this row's time (above 1 is "
-            "faster). The breakdown times each part alone at the step's shapes.\n\n"
+            "faster). The breakdown times each part alone (captured) at the step's "
+            "shapes, taking turns with the steps.\n\n"
             + "\n".join(lines))
     _atomic_write_text(RESULTS_DIR / "cnn_summary.md", text)
     print(f"\nwrote {RESULTS_DIR}/cnn_*_t*.{{md,csv}} and cnn_summary.md")

@@ -222,6 +222,8 @@ def adaptive_avg_pool2d(input: Node, output_size) -> Node:  # noqa: A002
 # ---- modules ------------------------------------------------------------------------------
 
 class MaxPool2d(Module):
+    """``nn.MaxPool2d``: the maximum of each window (``stride`` defaults to the kernel)."""
+
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
                  return_indices: bool = False, ceil_mode: bool = False):
         super().__init__()
@@ -238,6 +240,8 @@ class MaxPool2d(Module):
 
 
 class AvgPool2d(Module):
+    """``nn.AvgPool2d``: the mean of each window (``stride`` defaults to the kernel)."""
+
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True, divisor_override=None):
         super().__init__()
@@ -254,6 +258,8 @@ class AvgPool2d(Module):
 
 
 class AdaptiveAvgPool2d(Module):
+    """``nn.AdaptiveAvgPool2d``: the mean over PyTorch's bins for an ``output_size``."""
+
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
