@@ -276,20 +276,30 @@ def mlp(min_time: float, thread_counts=(1, 2)) -> Table:
 
 # ---------------------------------------------------------------- the threshold's crossover
 
-SWEEP_SIZES = [16, 64, 256, 1024, 2048, 4096, 8192, 16384, 65536, 1 << 18, 1 << 20]
+SWEEP_SIZES = [1 << k for k in range(4, 21, 2)] + [3 << 10, 3 << 12, 3 << 14]
 
 
-def chain_step(n: int):
-    """10 elementwise ops on ``n`` float32 elements, forward and backward."""
+CHAIN_OPS = {  # the ops of a chain, in turn
+    "arithmetic": (lambda h, w, b: h * w, lambda h, w, b: h + b, lambda h, w, b: h * 0.5),
+    "with tanh": (lambda h, w, b: h * w, lambda h, w, b: h + b, lambda h, w, b: h.tanh()),
+}
+
+
+def chain_step(n: int, backward: bool, ops):
+    """10 elementwise ops (``ops`` in turn) on ``n`` float32 elements; with ``backward``,
+    inputs that require grad and ``sum().backward()``, else the result realized."""
     rng = np.random.default_rng(0)
-    x, w, b = (mt.tensor(rng.standard_normal(n).astype(np.float32), requires_grad=True)
+    x, w, b = (mt.tensor(rng.standard_normal(n).astype(np.float32), requires_grad=backward)
                for _ in range(3))
 
     def step():
         h = x
         for i in range(CHAIN):
-            h = (h * w, h + b, h.tanh())[i % 3]
-        h.sum().backward()
+            h = ops[i % len(ops)](h, w, b)
+        if backward:
+            h.sum().backward()
+        else:
+            h.realize()
 
     return step
 
@@ -301,23 +311,35 @@ def with_threshold(step, threshold: int):
     return run
 
 
+def crossover(times: dict, sizes) -> int | None:
+    """The smallest size from which fusing is faster at every size measured."""
+    found = None
+    for n in reversed(sizes):
+        if times[("fused", n)] >= times[("at once", n)]:
+            break
+        found = n
+    return found
+
+
 def sweep(min_time: float) -> Table:
-    print(f"\n== computed at once against fused: a chain of {CHAIN} ops forward and "
-          f"backward, float32, 1 thread ({load_line()})")
+    print(f"\n== computed at once against fused: a chain of {CHAIN} elementwise ops, "
+          f"float32, 1 thread ({load_line()})")
     table = Table("eager_sweep", baseline="at once")
-    crossover = None
-    for n in SWEEP_SIZES:
-        step = chain_step(n)
-        times = interleaved_timeit({"at once": with_threshold(step, n + 1),
-                                    "fused": with_threshold(step, 0)}, min_time)
-        for name, seconds in times.items():
-            table.add(name, n, seconds)
-        if crossover is None and times["fused"] < times["at once"]:
-            crossover = n
+    sizes = sorted(SWEEP_SIZES)
+    for mix, ops in CHAIN_OPS.items():
+        for what, backward in (("forward", False), ("forward + backward", True)):
+            times = {}
+            for n in sizes:
+                step = chain_step(n, backward, ops)
+                found = interleaved_timeit({"at once": with_threshold(step, n + 1),
+                                            "fused": with_threshold(step, 0)}, min_time)
+                for name, seconds in found.items():
+                    times[(name, n)] = seconds
+                    table.add(name, f"{n:>7} {mix}, {what}", seconds)
+            print(f"{mix}, {what}: fusing pays from {crossover(times, sizes)} elements")
     table.print()
-    print(f"fusing first pays at {crossover} elements; the default threshold is "
-          f"{mt.get_fusion_threshold()} (MINITORCH_FUSION_THRESHOLD, "
-          "mt.set_fusion_threshold)")
+    print(f"the default threshold is {mt.get_fusion_threshold()} elements "
+          "(MINITORCH_FUSION_THRESHOLD, mt.set_fusion_threshold)")
     return table
 
 

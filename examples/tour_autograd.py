@@ -229,6 +229,10 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/tours"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    # Every op stays lazy, so fusion shows on tensors small enough to print: by default a
+    # CPU op on fewer elements than mt.get_fusion_threshold() is computed at once with
+    # NumPy, which is faster there (docs/eager.md).
+    mt.set_fusion_threshold(0)
     # z and h stay named here: draw_graph, like explain, names nodes after the
     # variables of its callers, so the picture and the text above agree.
     x, W, b, z, h, loss = build_graph()

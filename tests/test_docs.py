@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from minitorch_exp.node.grad_mode import get_fusion_threshold, set_fusion_threshold
 from minitorch_exp.tensor import counters
 from minitorch_exp.tensor.backends import cpu_backend, set_cpu_backend
 
@@ -52,12 +53,14 @@ def test_block_parser_sees_skips_and_order():
 
 @pytest.fixture
 def clean_state(tmp_path, monkeypatch):
-    """Each block starts in an empty folder, debug off, the default CPU backend."""
+    """Each block starts in an empty folder, debug off, the default CPU backend and
+    fusion threshold."""
     monkeypatch.chdir(tmp_path)
-    level, backend = counters.DEBUG, cpu_backend()
+    level, backend, threshold = counters.DEBUG, cpu_backend(), get_fusion_threshold()
     yield
     counters.set_debug(level)
     set_cpu_backend(backend)
+    set_fusion_threshold(threshold)
 
 
 def readme_blocks() -> list:

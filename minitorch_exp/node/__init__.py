@@ -4,7 +4,15 @@ from . import ops, pytorch  # pytorch: PyTorch's spellings, installed on Node
 from .backward import backward, topological_order
 from .capture import CaptureError, capture
 from .function import Context, Function
-from .grad_mode import enable_grad, fusion, is_grad_enabled, no_grad, set_fusion
+from .grad_mode import (
+    enable_grad,
+    fusion,
+    get_fusion_threshold,
+    is_grad_enabled,
+    no_grad,
+    set_fusion,
+    set_fusion_threshold,
+)
 from .gradcheck import gradcheck
 from .node import (
     Node,
@@ -30,5 +38,6 @@ __all__ = [
     "empty_like",
     "enable_grad", "from_numpy", "full", "full_like", "fusion", "gradcheck",
     "is_grad_enabled", "no_grad", "ones", "ones_like", "ops", "pytorch", "rand", "rand_like",
-    "randn", "randn_like", "set_fusion", "tensor", "topological_order", "zeros", "zeros_like",
+    "randn", "randn_like", "set_fusion", "set_fusion_threshold", "get_fusion_threshold",
+    "tensor", "topological_order", "zeros", "zeros_like",
 ]

@@ -32,8 +32,8 @@ from ..tensor.caches import memo_table
 from ..tensor.device import CPU
 from ..tensor.engine import realize as fuse
 from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
-from ..tensor.layout import contiguous
-from ..tensor.ops import OPS, OpDef, ReduceDef
+from ..tensor.layout import Layout, contiguous
+from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef
 from ..tensor.storage import Storage
 from ..tensor.tensor import Tensor
 from .grad_mode import _modes
@@ -48,6 +48,7 @@ _WEAK = {float: 1.0, int: 1, bool: True}  # what a Python number is to dtype pro
 #: (op name, each operand's dtype or Python type) -> the registry's result dtype
 _DTYPES = memo_table("eager.dtypes", 4096)
 _LAYOUTS = memo_table("eager.layouts", 4096)  # shape -> its contiguous Layout
+_SUM = REDUCTIONS["sum"]
 
 
 def threshold() -> int:
@@ -63,6 +64,21 @@ def now(shape: tuple, device=CPU) -> bool:
 def computes_now(e: Exp) -> bool:
     """``now`` for an op whose work is the size of ``e``."""
     return now(e.shape, e.device)
+
+
+def decision(e: Exp) -> str:
+    """What the threshold decides for an op whose work is the size of ``e``, in words
+    (``explain()`` shows it)."""
+    n, limit = math.prod(e.shape), _modes.threshold
+    if e.device is not CPU:
+        return (f"kept lazy to fuse: on {e.device} every op is a kernel launch (the fusion "
+                "threshold applies on the CPU)")
+    if recording.active() is not None:
+        return "kept lazy to fuse: a capture is recording (a replay repeats kernels only)"
+    if n < limit:
+        return (f"computed eagerly: {n} elements, below the fusion threshold of {limit} "
+                "(mt.set_fusion_threshold)")
+    return f"kept lazy to fuse: {n} elements, at or above the fusion threshold of {limit}"
 
 
 # ---- forward: an elementwise op of the registry ---------------------------------------
@@ -116,19 +132,33 @@ def _result_dtype(row: OpDef, arrays) -> np.dtype:
 
 def wrap(arr) -> Tensor:
     """A new CPU Tensor owning ``arr``, an array of a supported dtype NumPy just made (a
-    NumPy scalar for a 0-d result); no copy when it is C-contiguous."""
+    NumPy scalar for a 0-d result); no copy when it is C- or F-contiguous."""
     if type(arr) is not np.ndarray:
         arr = np.asarray(arr)
-    elif not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr)
-    flat = arr.ravel()  # a view: arr is C-contiguous
+    flags = arr.flags
+    if flags.c_contiguous:
+        layout = _LAYOUTS.get(arr.shape)
+        if layout is None:
+            layout = _LAYOUTS.keep(arr.shape, contiguous(arr.shape))
+    elif flags.f_contiguous:  # a transposed product (``_matmul``) and what is computed from it
+        layout = Layout(arr.shape, tuple([s // arr.itemsize for s in arr.strides]))
+    else:
+        return wrap(np.ascontiguousarray(arr))
+    flat = arr.ravel(order="K")  # a view: arr is contiguous in one order or the other
     t = Tensor.__new__(Tensor)
-    layout = _LAYOUTS.get(arr.shape)
-    if layout is None:
-        layout = _LAYOUTS.keep(arr.shape, contiguous(arr.shape))
     t._init_layout(Storage(flat, CPU), layout, arr.dtype, CPU)
     t._array = (flat, arr)  # what Tensor.array would make: the view of flat as arr
     return t
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b``. A C-ordered ``a`` times a transposed C-ordered ``b`` -- ``x @ W.T``, every
+    linear layer -- is computed as ``(b.T @ a.T).T``: OpenBLAS runs that form up to 1.5x
+    faster (docs/eager.md); the result is then F-ordered."""
+    if (a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous and b.flags.f_contiguous
+            and not b.flags.c_contiguous):
+        return np.matmul(b.T, a.T).T
+    return np.matmul(a, b)
 
 
 _SAVERS = {"=": np.copyto, "+=": np.add, "-=": np.subtract, "*=": np.multiply,
@@ -181,6 +211,18 @@ def derivative(row: OpDef, g, out: Tensor, args) -> tuple:
     return grads
 
 
+def sum_to(g, shape: tuple) -> np.ndarray:
+    """``g`` summed over the axes broadcasting added to ``shape`` (an expand's gradient),
+    computed now as the engine's ``sum_to``: accumulated wide."""
+    g = as_array(g)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                      if n == 1 and g.shape[lead + i] != 1)
+    return _fold(_SUM, g, g.shape, axes, True).reshape(shape)
+
+
 def backward_now(out) -> bool:
     """Whether the backward of an op whose forward gave ``out`` runs at once: when the
     forward did (``out`` is a Tensor, not an expression) and no capture records."""
@@ -228,12 +270,10 @@ def realize(e: Exp):
 
 
 def _work(e: Exp) -> Exp:
-    """The largest value the root of ``e`` reads or writes (a reduction reads its input)."""
-    if type(e) is Reduce:
-        return e.x
-    if type(e) is Dot:
-        return max((e.a, e.b, e), key=lambda x: math.prod(x.shape))
-    return e
+    """What decides whether the root of ``e`` runs now: a reduction's input (fused into
+    its pass when large), else the result (a matrix product gains nothing from the
+    engine but a destination to write into, which a value computed now has not)."""
+    return e.x if type(e) is Reduce else e
 
 
 def _eval(e) -> np.ndarray:
@@ -258,7 +298,7 @@ def _eval(e) -> np.ndarray:
     elif t is Reduce and _folds(e.reduction, e.axes):
         out = _fold(e.reduction, _eval(e.x), e.x.shape, e.axes, True).reshape(e.shape)
     elif t is Dot:
-        out = np.matmul(_eval(e.a), _eval(e.b))
+        out = _matmul(np.asarray(_eval(e.a)), np.asarray(_eval(e.b)))
     elif t is ViewExp:
         base = e.base.realized if e.base.realized is not None else wrap(_eval(e.base))
         out = e.fn(base).array.copy()  # a view of memory that may be another's

@@ -26,6 +26,7 @@ from ..tensor.explain import (
 )
 from ..tensor.expr import RVALUE, Reduce, describe
 from ..tensor.graphwalk import post_order
+from . import eager
 from .node import Node
 from .ops import Elementwise
 
@@ -167,6 +168,8 @@ def explain_node(node: Node, depth: int = 4, parts=None, backward: bool = False,
     groups = fused_groups(nodes, consumers)
     lines = [f"explain {names[id(node)]}: {node_op(node)} -> {node_shape(node)}, "
              f"{node_state(node)}"]
+    if node.grad_fn is not None or node.is_lazy:  # an op's result: was it fused?
+        lines.append(eager.decision(node._value))
     if "graph" in parts:
         lines += ["", f"Graph ({depth} levels of inputs)"]
         lines += render_rows(_graph_rows(node, names, consumers, depth))

@@ -17,7 +17,7 @@ import threading
 #: Elements below which a CPU op is computed at once with NumPy instead of kept lazy
 #: (node/eager.py): measured by ``benchmarks/bench_eager.py --sweep``, where a chain of
 #: lazy ops starts to beat the same ops computed one by one (docs/eager.md).
-MEASURED_FUSION_THRESHOLD = 4096
+MEASURED_FUSION_THRESHOLD = 1 << 16
 THRESHOLD_ENV = "MINITORCH_FUSION_THRESHOLD"
 
 

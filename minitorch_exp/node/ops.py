@@ -137,7 +137,8 @@ def elementwise(op: str, *args) -> Node:
         raise
     args = tuple(expand(a, shape) if isinstance(a, Node) and a.shape != shape else a
                  for a in args)
-    return Elementwise.apply(*args, op=op)
+    node = Elementwise.apply_now(op, args)
+    return Elementwise.apply(*args, op=op) if node is None else node
 
 
 def _constants(args) -> tuple:
@@ -173,9 +174,14 @@ class Expand(_Op):
         ctx.attrs["in_shape"] = x.shape
         return x.broadcast_to(shape)
 
+    array_grads = True
+
     @staticmethod
     def backward(ctx, g):
-        return (g.sum_to(ctx.attrs["in_shape"]),)
+        shape = ctx.attrs["in_shape"]
+        if type(g) is np.ndarray or eager.computes_now(g):  # a small sum: at once
+            return (eager.sum_to(g, shape),)
+        return (g.sum_to(shape),)
 
 
 def expand(x: Node, *shape) -> Node:

@@ -136,6 +136,17 @@ def _clip(x, lo, hi, out=None):
     return np.minimum(np.maximum(x, lo), hi, out=out)
 
 
+def _pow(a, b, out=None):
+    """``np.power``, but a float raised to the Python number 2 or 3 is multiplied out, as
+    PyTorch does (NumPy's float32 pow costs ~60 ns an element; ``x ** 3`` on 2000
+    elements took 120 us, PyTorch's 2 us)."""
+    if type(b) in (int, float) and b in (2, 3) and getattr(a, "dtype", None) is not None \
+            and a.dtype.kind == "f":
+        square = np.multiply(a, a, out=out if b == 2 else None)  # out may be a's memory
+        return square if b == 2 else np.multiply(square, a, out=out)
+    return np.power(a, b, out=out)
+
+
 # ---- derivatives: each next to the op it belongs to (see module docstring) ----
 # They build gradients with expr.py's functions (``where``, ``log``...), which are
 # made from these rows: so expr.py hands them over once it is built
@@ -312,7 +323,7 @@ define_builtin("mul", 2, np.multiply, "({0} * {1})", "({0} * {1})", derivative=_
                operator="mul", reflected=True)
 define_builtin("div", 2, np.true_divide, "({0} / {1})", "({0} / {1})", result="float",
                derivative=_d_div, operator="truediv", reflected=True)
-define_builtin("pow", 2, np.power, "pow({0}, {1})", "({0} ** {1})", derivative=_d_pow,
+define_builtin("pow", 2, _pow, "pow({0}, {1})", "({0} ** {1})", derivative=_d_pow,
                operator="pow", reflected=True, check=check_power)
 define_builtin("maximum", 2, np.maximum, _NAN_MAX, _PY_NAN_MAX, derivative=_d_maximum)
 define_builtin("minimum", 2, np.minimum, _NAN_MIN, _PY_NAN_MIN, derivative=_d_minimum)

@@ -10,6 +10,8 @@ import pytest
 import minitorch_exp as mt
 from minitorch_exp.tensor import counters
 
+pytestmark = pytest.mark.usefixtures("fuse_all")  # kernels of small tensors: fused
+
 
 @pytest.fixture
 def debug_level():

@@ -3,7 +3,8 @@ rule in the order backward runs it, the expression it builds and the kernels tha
 compute it -- by running that backward into scratch, so the kernels listed are the
 ones a real ``backward()`` runs, and no ``.grad`` changes.
 
-Shapes are large enough (64 x 80) that elementwise work stays lazy and fuses.
+Every op is kept lazy (the ``fuse_all`` fixture: fusion threshold 0), so elementwise
+work fuses as it does on tensors above the threshold.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import minitorch_exp as mt
 from minitorch_exp.node import topological_order
 from minitorch_exp.node.explain_backward import backward_steps
 from minitorch_exp.node.trace import rule_name
+
+pytestmark = pytest.mark.usefixtures("fuse_all")
 
 
 def _mlp():

@@ -1,6 +1,7 @@
 """explain() on a Node honours ``parts=``: each fusion group's Plan and code (issue 25).
 
-Shapes are large enough (64 x 80) that every elementwise op stays lazy and fuses.
+Every op is kept lazy (the ``fuse_all`` fixture: fusion threshold 0), so each
+elementwise op fuses as it does on tensors above the threshold.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import pytest
 import minitorch_exp as mt
 from minitorch_exp.node.explain import NODE_SECTIONS
 from minitorch_exp.tensor.explain import explain as explain_expression
+
+pytestmark = pytest.mark.usefixtures("fuse_all")
 
 
 def _chain():
