@@ -1,0 +1,269 @@
+"""Ops computed at once below the fusion threshold give what the fused path gives.
+
+Below ``mt.get_fusion_threshold()`` elements a CPU op runs at once with NumPy
+(node/eager.py); from it on, it stays lazy and fuses. Each test here runs one
+program at sizes straddling a threshold (a small one, set for the test, so the
+sizes stay quick) and compares values, gradients and gradient dtypes between
+the two paths, and with finite differences or PyTorch; it also checks which path
+ran: no kernel at all below the threshold, fused kernels from it on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minitorch_exp as mt
+from minitorch_exp import nn
+from minitorch_exp.tensor.ops import OPS, REDUCTIONS
+
+from ._helpers import seeds, values
+
+T = 48  # the threshold these tests straddle
+NEAR = st.integers(T - 6, T + 6)  # sizes on both sides of it
+DTYPES = st.sampled_from(["float32", "float64"])
+TOL = {"float32": dict(rtol=2e-5, atol=1e-6), "float64": dict(rtol=1e-11, atol=1e-13)}
+
+#: Every differentiable built-in row, and the values its operands take.
+ROWS = sorted(name for name, op in OPS.items()
+              if op.builtin and op.result != "bool" and name != "sign")
+DOMAINS = {"log": "positive", "sqrt": "positive", "pow": "positive"}
+
+
+def operands(name: str, n: int, rng) -> tuple[list, list]:
+    """``(arrays, numbers)`` for the row ``name`` on ``n`` elements: the tensor operands
+    and, after them, its Python-number operands."""
+    op, domain = OPS[name], DOMAINS.get(name, "real")
+    if name == "where":
+        return [rng.random(n) < 0.5, values(rng, n), values(rng, n)], []
+    if name == "clip":
+        return [values(rng, n)], [-0.8, 0.9]
+    return [values(rng, n, domain) for _ in range(op.arity)], []
+
+
+def run(name: str, arrays, numbers, dtype: str, threshold: int, upstream, rng_number=None):
+    """The row applied under ``threshold``: its values, its inputs' gradients and their
+    dtypes, and the kernels counted from building it to the gradients in ``.grad``."""
+    with mt.fusion(threshold=threshold):
+        nodes = [mt.tensor(a) if a.dtype == bool else
+                 mt.tensor(a, dtype=dtype, requires_grad=True) for a in arrays]
+        args = nodes + list(numbers)
+        if rng_number is not None:  # the second operand a Python number instead
+            args = [nodes[0], rng_number]
+        with mt.count_kernels() as k:
+            out = mt.op(name, *args)
+            out.backward(mt.tensor(upstream, dtype=out.dtype))
+            result = out.numpy().copy()
+        grads = [n.grad for n in nodes if n.requires_grad]
+        return (result, [g.numpy().copy() for g in grads], [g.dtype for g in grads], k.total)
+
+
+def assert_same(at_once, fused, dtype):
+    np.testing.assert_allclose(at_once[0], fused[0], **TOL[dtype])
+    for a, f in zip(at_once[1], fused[1]):
+        np.testing.assert_allclose(a, f, **TOL[dtype])
+    assert at_once[2] == fused[2] == [np.dtype(dtype)] * len(at_once[2])
+
+
+@pytest.mark.parametrize("name", ROWS)
+@settings(max_examples=6, deadline=None)
+@given(n=NEAR, dtype=DTYPES, seed=seeds)
+def test_every_row_gives_the_same_values_and_gradients_on_both_sides(name, n, dtype, seed):
+    rng = np.random.default_rng(seed)
+    arrays, numbers = operands(name, n, rng)
+    upstream = rng.uniform(0.5, 1.5, n)
+    at_once = run(name, arrays, numbers, dtype, n + 1, upstream)
+    fused = run(name, arrays, numbers, dtype, 0, upstream)
+    straddling = run(name, arrays, numbers, dtype, T, upstream)
+    assert at_once[3] == 0, "below the threshold nothing runs as a kernel"
+    assert fused[3] >= 1
+    assert straddling[3] == (0 if n < T else fused[3])
+    assert_same(at_once, fused, dtype)
+    assert_same(straddling, fused, dtype)
+
+
+@pytest.mark.parametrize("name", [n for n in ROWS if OPS[n].arity == 2])
+@pytest.mark.parametrize("number", [2, 0.5, -1.5])
+def test_a_python_number_operand_on_both_sides(name, number):
+    rng = np.random.default_rng(7)
+    (x, _), _ = operands(name, T, rng)
+    x = np.abs(x) + 0.5 if name == "pow" else x
+    upstream = rng.uniform(0.5, 1.5, T)
+    for dtype in ("float32", "float64"):
+        at_once = run(name, [x], [], dtype, T + 1, upstream, rng_number=number)
+        fused = run(name, [x], [], dtype, 0, upstream, rng_number=number)
+        assert at_once[3] == 0 and fused[3] >= 1
+        assert_same(at_once, fused, dtype)
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_gradients_computed_at_once_match_finite_differences(name):
+    rng = np.random.default_rng(3)
+    arrays, numbers = operands(name, 5, rng)
+    nodes = [mt.tensor(a) if a.dtype == bool else mt.tensor(a, requires_grad=True,
+                                                             dtype="float64")
+             for a in arrays]
+    with mt.fusion(threshold=1000):
+        assert mt.gradcheck(lambda *xs: mt.op(name, *xs, *numbers), nodes)
+
+
+# ---- reductions and broadcasting ------------------------------------------------------------
+
+def reduce_run(fn, x, dtype, threshold, upstream_shape_seed):
+    with mt.fusion(threshold=threshold):
+        node = mt.tensor(x, dtype=dtype, requires_grad=True)
+        with mt.count_kernels() as k:
+            out = fn(node)
+            rng = np.random.default_rng(upstream_shape_seed)
+            out.backward(mt.tensor(rng.uniform(0.5, 1.5, out.shape), dtype=out.dtype))
+            result = out.numpy().copy()
+        return result, [node.grad.numpy().copy()], [node.grad.dtype], k.total
+
+
+REDUCERS = {
+    **{f"{r}(axis={a})": (lambda x, r=r, a=a: getattr(mt, REDUCTIONS[r].function)(x, a))
+       for r in ("sum", "mean", "max", "min") for a in (None, 0, 1)},
+    "sum(1, keepdims)": lambda x: x.sum(1, keepdims=True),
+    "x + row (broadcast)": lambda x: x + x.sum(0) * 0.5,
+    "x * column (broadcast)": lambda x: x * x.mean(1, keepdims=True),
+    "log_softmax": lambda x: mt.log_softmax(x, 1),
+    "softmax": lambda x: mt.softmax(x, 1),
+    "logsumexp": lambda x: mt.logsumexp(x, 1),
+}
+
+
+@pytest.mark.parametrize("what", sorted(REDUCERS))
+@settings(max_examples=5, deadline=None)
+@given(rows=st.integers(T // 4 - 2, T // 4 + 2), dtype=DTYPES, seed=seeds)
+def test_reductions_and_broadcasts_on_both_sides(what, rows, dtype, seed):
+    x = values(np.random.default_rng(seed), (rows, 4))
+    fn = REDUCERS[what]
+    at_once = reduce_run(fn, x, dtype, x.size + 1, seed)
+    fused = reduce_run(fn, x, dtype, 0, seed)
+    # max and min share their gradient between ties, counted by the engine (the rule in
+    # tensor/ops.py realizes the count there): one reduction kernel
+    assert at_once[3] == (1 if what[:3] in ("max", "min") else 0) and fused[3] >= 1
+    assert_same(at_once, fused, dtype)
+
+
+def test_a_reduction_of_a_large_input_stays_one_fused_pass():
+    """The threshold reads a reduction's input, not its one-element result."""
+    x = mt.tensor(np.ones(4 * T, np.float32))
+    with mt.fusion(threshold=T), mt.count_kernels() as k:
+        total = ((x * 2 + 1) * 3).sum()
+        assert total.item() == 9 * 4 * T
+    assert k["reduce"] == 1 and k.total == 1
+
+
+# ---- above the threshold: fusion as before ---------------------------------------------------
+
+def test_above_the_threshold_a_chain_is_one_kernel_below_it_none():
+    for n, kernels in ((T - 1, 0), (T, 1), (10 * T, 1)):
+        x = mt.tensor(np.linspace(-1, 1, n, dtype=np.float32), requires_grad=True)
+        with mt.fusion(threshold=T), mt.count_kernels() as k:
+            y = ((x * 2 + 1).tanh() * 3 - x).exp()
+            assert y.is_lazy == (n >= T)
+            y.numpy()
+        assert k.total == kernels, n
+
+
+# ---- a training step: the eager MLP, against the fused one and PyTorch ------------------------
+
+def mlp_run(threshold: int, steps: int = 3):
+    gen = np.random.default_rng(0)
+    x = mt.tensor(gen.standard_normal((8, 6)).astype(np.float32))
+    y = mt.tensor(gen.integers(0, 3, 8))
+    with mt.fusion(threshold=threshold):
+        model = nn.Sequential(nn.Linear(6, 12, generator=np.random.default_rng(1)), nn.ReLU(),
+                              nn.Linear(12, 3, generator=np.random.default_rng(2)))
+        opt = nn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        losses = []
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [p.numpy().copy() for p in model.parameters()]
+
+
+def test_an_mlp_trains_alike_computed_at_once_and_fused():
+    at_once, fused = mlp_run(1 << 20), mlp_run(0)
+    np.testing.assert_allclose(at_once[0], fused[0], rtol=1e-5)
+    for a, f in zip(at_once[1], fused[1]):
+        np.testing.assert_allclose(a, f, rtol=1e-5, atol=1e-6)
+
+
+def test_polynomial_fit_computed_at_once_matches_pytorch():
+    """The tutorial's step: broadcast 0-d parameters, powers, a sum, SGD under no_grad."""
+    torch = pytest.importorskip("torch")
+    xs = np.linspace(-np.pi, np.pi, 200, dtype=np.float32)
+    start = np.random.default_rng(0).standard_normal(4).astype(np.float32)
+
+    def fit(lib):
+        x, y = lib.tensor(xs), lib.tensor(np.sin(xs))
+        params = [lib.tensor(np.float32(v), requires_grad=True) for v in start]
+        for _ in range(3):
+            a, b, c, d = params
+            loss = ((a + b * x + c * x ** 2 + d * x ** 3 - y) ** 2).sum()
+            loss.backward()
+            with lib.no_grad():
+                for p in params:
+                    p -= 1e-5 * p.grad
+                    p.grad = None
+        return [float(p.item()) for p in params]
+
+    with mt.fusion(threshold=1 << 20):
+        ours = fit(mt)
+    np.testing.assert_allclose(ours, fit(torch), rtol=1e-4, atol=1e-6)
+
+
+# ---- writes and saved values --------------------------------------------------------------
+
+def test_an_in_place_update_at_once_equals_the_engine_s():
+    for threshold in (0, 1 << 20):
+        with mt.fusion(threshold=threshold):
+            w = mt.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), requires_grad=True)
+            g = mt.tensor(np.full((2, 3), 0.5, np.float32))
+            with mt.no_grad():
+                w -= 0.1 * g
+                w *= 2
+                w += mt.tensor(np.float32(1))  # a 0-d value, broadcast
+                w /= 4
+            np.testing.assert_allclose(w.numpy(), ((np.arange(6).reshape(2, 3) - 0.05) * 2
+                                                   + 1) / 4, rtol=1e-6)
+
+
+def test_an_integer_in_place_update_refused_as_by_the_engine():
+    counts = mt.tensor(np.arange(4))
+    with pytest.raises(TypeError, match=r"true division into an int64 tensor"):
+        counts /= 2
+
+
+def test_a_saved_tensor_written_in_place_is_reported_at_once_too():
+    x = mt.tensor([1.0, 2.0], requires_grad=True)
+    w = mt.tensor([0.5, 1.5], requires_grad=True)
+    loss = (x * w).sum()
+    assert not loss.is_lazy
+    with mt.no_grad():
+        w += 1
+    with pytest.raises(RuntimeError, match=r"mul.*modified in place"):
+        loss.backward()
+
+
+def test_gradients_accumulate_at_once_across_backward_calls():
+    x = mt.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    for _ in range(3):
+        (x * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 3 * 2 * np.array([1.0, -2.0, 3.0]))
+    assert x.grad.dtype == mt.float32
+
+
+def test_one_gradient_for_two_leaves_is_not_shared_memory():
+    a, b = mt.tensor([1.0, 2.0], requires_grad=True), mt.tensor([3.0, 4.0], requires_grad=True)
+    (a + b).sum().backward()
+    with mt.no_grad():
+        a.grad += 1
+    np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
