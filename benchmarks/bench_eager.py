@@ -429,7 +429,7 @@ def main(argv=None) -> int:
     defaults = thread_defaults()  # before any section pins them
     print_machine_info()
     print(f"{'load':>22}: {load_line()}")
-    for name in args.only.split(","):
+    for name in filter(None, args.only.split(",")):  # --only "" --load: the load run alone
         if name not in SECTIONS:
             parser.error(f"unknown section {name!r}; expected some of {', '.join(SECTIONS)}")
         if name != "mlp":

@@ -27,6 +27,7 @@ import warnings
 
 import numpy as np
 
+from ..tensor import blas
 from ..tensor import capture as recording
 from ..tensor.caches import memo_table
 from ..tensor.device import CPU
@@ -157,8 +158,8 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     faster (docs/eager.md); the result is then F-ordered."""
     if (a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous and b.flags.f_contiguous
             and not b.flags.c_contiguous):
-        return np.matmul(b.T, a.T).T
-    return np.matmul(a, b)
+        return blas.matmul(b.T, a.T).T
+    return blas.matmul(a, b)
 
 
 _SAVERS = {"=": np.copyto, "+=": np.add, "-=": np.subtract, "*=": np.multiply,

@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from . import blas
 from . import layout as L
 from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
@@ -241,7 +242,7 @@ class NumpyBackend:
             args = (a.array, b.array, dst.array)
             _matmul_into(*args)
             return _matmul_into, args
-        save(dst.array, np.matmul(a.array, b.array), saver)
+        save(dst.array, blas.matmul(a.array, b.array), saver)
         return None
 
     def reduce(self, dst, e, saver: str, lowered: Lowered) -> None:
@@ -271,7 +272,7 @@ class NumpyBackend:
 
 
 def _matmul_into(a, b, out) -> None:
-    np.matmul(a, b, out=out)
+    blas.matmul(a, b, out=out)
 
 
 def numpy_axis(e):
