@@ -25,6 +25,14 @@ needs a GPU per process and has not been run on one here.
 Inside ``mt.capture`` a collective is a recorded host op (``tensor/capture.py``
 ``host_op``): every replay runs it again, at the same point among the kernels.
 
+When every rank runs on one machine, ``shared_buffer(numel, dtype)`` gives each
+rank a segment of an MPI-3 shared-memory window that all of them can read and
+write; its ``average`` makes ranges of every segment their mean over the ranks
+in one pass, without MPI's copies through its own buffers (two to five times
+faster than ``Allreduce`` from 8,000 floats up, measured in
+``benchmarks/bench_ddp.py``). ``nn.parallel.DistributedDataParallel`` keeps
+the gradients there. ``MINITORCH_DIST_SHARED=0`` turns it off.
+
 ``init()`` also makes an uncaught exception on any rank end the whole job
 (``MPI_Abort``) with a message naming the rank, instead of leaving the other
 ranks waiting forever in their next collective. ``init(timeout=seconds)`` (or
@@ -43,6 +51,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -54,9 +63,10 @@ from .tensor.storage import Storage
 from .tensor.tensor import Tensor
 
 __all__ = [
-    "DistributedError", "ReduceOp", "World", "abort", "all_gather", "all_reduce",
-    "barrier", "broadcast", "comm", "get_rank", "get_world_size", "init",
-    "is_initialized", "is_main_process", "launched", "local_rank",
+    "DistributedError", "ReduceOp", "SharedBuffer", "World", "abort", "all_gather",
+    "all_reduce", "barrier", "broadcast", "comm", "get_rank", "get_world_size", "init",
+    "is_initialized", "is_main_process", "launched", "local_rank", "shared_buffer",
+    "shared_memory_usable",
 ]
 
 #: Environment variables an MPI launcher sets in the processes it starts: MPICH and
@@ -96,6 +106,9 @@ class _State:
     nccl = None       # _Nccl, made on the first CUDA collective
     hook = None       # the sys.excepthook init replaced
     timeout = None    # seconds a collective may wait (None: forever)
+    node = None       # (communicator, its ranks on this machine), split once
+    windows: list = []  # every SharedBuffer made (kept: see SharedBuffer)
+    average = None    # the compiled averaging loop of SharedBuffer
 
 
 _state = _State()
@@ -225,9 +238,7 @@ def local_rank() -> int:
     """This process's rank among those on its machine (to pick a GPU: ``cuda:N``)."""
     comm = _need_init()
     if _state.local_rank is None:
-        node = comm.Split_type(_state.mpi.COMM_TYPE_SHARED)
-        _state.local_rank = node.Get_rank()
-        node.Free()
+        _state.local_rank = _node_comm(comm).Get_rank()
     return _state.local_rank
 
 
@@ -467,6 +478,169 @@ def _new_like(x, shape, source):
         t = new_empty(shape, tensor.dtype, tensor.device)
         return t if x is tensor else Node(t)
     return source._xp.empty(shape, dtype=source.dtype)
+
+
+# ---- memory the ranks of one machine share (MPI-3 shared-memory windows) -----------------
+
+#: ``MINITORCH_DIST_SHARED=0`` turns shared-memory averaging off (every average is an
+#: ``Allreduce``); ``nn.parallel.DistributedDataParallel(shared_memory=...)`` overrides it.
+SHARED_VARIABLE = "MINITORCH_DIST_SHARED"
+
+
+def shared_memory_usable() -> bool:
+    """True when averages can go through memory the ranks share: more than one rank,
+    every rank on this machine, and not turned off by ``$MINITORCH_DIST_SHARED=0``.
+    Collective the first time (it splits the communicator by machine)."""
+    comm = _need_init()
+    if _state.size == 1 or os.environ.get(SHARED_VARIABLE, "1").strip() in ("0", "false", "no"):
+        return False
+    return _node_comm(comm).Get_size() == _state.size
+
+
+def _node_comm(comm):
+    """The ranks of this machine (``COMM_TYPE_SHARED``), split once per communicator."""
+    if _state.node is None or _state.node[0] is not comm:
+        _state.node = (comm, comm.Split_type(_state.mpi.COMM_TYPE_SHARED))
+    return _state.node[1]
+
+
+class SharedBuffer:
+    """``numel`` elements of ``dtype`` for each rank of this machine, in one MPI-3
+    shared-memory window: every rank reads and writes every rank's segment with plain
+    loads and stores, so an average moves each value once instead of through MPI's
+    copies. Make one with ``shared_buffer`` (collective).
+
+    ``segment`` is this rank's part (a NumPy array: put gradients there, or copy them
+    in); ``average(runs)`` makes each ``[start, stop)`` of every segment the mean over
+    the ranks. The window lives as long as the process: arrays may view it anywhere.
+    """
+
+    def __init__(self, numel: int, dtype):
+        mpi, comm = _state.mpi, _node_comm(_state.comm)
+        self.dtype, self.numel = np.dtype(dtype), int(numel)
+        self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
+        info = mpi.Info.Create()
+        info.Set("alloc_shared_noncontig", "true")  # each segment page-aligned, on its own
+        itemsize = self.dtype.itemsize
+        self.win = mpi.Win.Allocate_shared(max(self.numel, 1) * itemsize, itemsize, info=info,
+                                           comm=comm)
+        info.Free()
+        self.segments = tuple(
+            np.frombuffer(self.win.Shared_query(r)[0], self.dtype, count=self.numel)
+            for r in range(self.size))
+        self.segment = self.segments[self.rank]
+        self.win.Lock_all(mpi.MODE_NOCHECK)  # one passive epoch: loads, stores and Sync
+        self.scale = self.dtype.type(1.0 / self.size)
+        self.align = max(1, 64 // itemsize)  # ranks' shares start on cache lines
+        _state.windows.append(self)  # never freed: Win_free is collective, views may live on
+
+    def average(self, runs) -> None:
+        """Collective over this machine's ranks: for each ``(start, stop)`` in ``runs``
+        (the same on every rank), every segment's ``[start:stop]`` becomes the mean over
+        the ranks. Rank ``r`` computes the ``r``-th share of each run, summing the
+        segments in rank order and scaling by ``1 / size`` in one pass, and writes it
+        into every segment: all ranks get the same bits. Between the two barriers the
+        ranks touch disjoint shares; before the first, each writes only its own segment."""
+        kernel = _average_kernel()
+        self._synchronize("the shared-memory average")
+        for start, stop in runs:
+            lo, hi = self.share(start, stop)
+            if hi > lo:
+                kernel(self.segments, lo, hi, self.scale)
+        self._synchronize("the shared-memory average")
+
+    def share(self, start: int, stop: int) -> tuple[int, int]:
+        """This rank's part of ``[start, stop)``: an equal share, cut on cache lines."""
+        step = -(-(stop - start) // (self.size * self.align)) * self.align
+        lo = min(stop, start + self.rank * step)
+        return lo, min(stop, lo + step)
+
+    def _synchronize(self, what: str) -> None:
+        """The MPI-3 shared-memory handshake: stores made before are seen by every rank
+        after (``Win_sync``, a barrier, ``Win_sync``)."""
+        self.win.Sync()
+        if _state.timeout is None:
+            self.comm.Barrier()
+        else:
+            _wait(self.comm.Ibarrier(), what)
+        self.win.Sync()
+
+
+def shared_buffer(numel: int, dtype) -> SharedBuffer | None:
+    """Collective: a ``SharedBuffer`` of ``numel`` elements per rank, or None where
+    shared memory cannot serve (``shared_memory_usable``), ``numel`` is 0, or the
+    machine's shared-memory file system has no room for it (a warning says so)."""
+    if numel <= 0 or not shared_memory_usable():
+        return None
+    node = _node_comm(_state.comm)
+    wanted = numel * np.dtype(dtype).itemsize * node.Get_size()
+    problem = _shm_problem(wanted) if node.Get_rank() == 0 else None
+    problem = node.bcast(problem, root=0)  # one decision for every rank: all allocate, or none
+    if problem:
+        warnings.warn(f"minitorch_exp.distributed: {problem}; averaging by Allreduce instead",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return SharedBuffer(numel, dtype)
+
+
+def _shm_problem(nbytes: int, path: str = "/dev/shm") -> str | None:
+    """Why ``nbytes`` of shared memory may not fit, or None. MPICH maps its windows from
+    files in /dev/shm, and a page beyond a full one kills the process (SIGBUS) instead
+    of failing the allocation: containers often give it 64 MB."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None  # no such file system here: the MPI library finds its own way
+    free = st.f_bavail * st.f_frsize
+    if free < nbytes + (16 << 20):
+        return (f"{nbytes / 2**20:.0f} MiB of shared memory for the gradients do not fit in "
+                f"{path} ({free / 2**20:.0f} MiB free; docker run --shm-size raises it)")
+    return None
+
+
+_AVERAGE_SOURCE = '''
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def average(segments, start, stop, scale):
+    """Every segment's [start:stop] = (segments[0] + segments[1] + ...) * scale, summed
+    in rank order, a block at a time (the block's sum stays in L1)."""
+    n = len(segments)
+    first = segments[0]
+    if n == 2:
+        second = segments[1]
+        for i in range(start, stop):
+            v = (first[i] + second[i]) * scale
+            first[i] = v
+            second[i] = v
+        return
+    block = 2048
+    acc = np.empty(block, first.dtype)
+    for lo in range(start, stop, block):
+        m = min(block, stop - lo)
+        for j in range(m):
+            acc[j] = first[lo + j]
+        for k in range(1, n):
+            seg = segments[k]
+            for j in range(m):
+                acc[j] += seg[lo + j]
+        for j in range(m):
+            acc[j] *= scale
+        for k in range(n):
+            seg = segments[k]
+            for j in range(m):
+                seg[lo + j] = acc[j]
+'''
+
+
+def _average_kernel():
+    """The averaging loop, compiled by numba through the kernel cache (once on disk)."""
+    if _state.average is None:
+        from .tensor import kernel_cache
+        _state.average = kernel_cache.load_module(_AVERAGE_SOURCE, {}).average
+    return _state.average
 
 
 # ---- NCCL through CuPy (GPUs) ----------------------------------------------------------------

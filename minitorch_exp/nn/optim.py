@@ -242,6 +242,20 @@ class Optimizer:
             index += n
 
 
+#: Asked in turn by each new flat group for its gradient buffer: ``maker(params, numel,
+#: dtype, device)`` returns a contiguous 1-D Tensor of ``numel`` elements, or None.
+#: ``nn.parallel`` adds one: a wrapped model's gradients go to memory its ranks share.
+GRAD_BUFFER_MAKERS: list = []
+
+
+def _grad_buffer(params, numel: int, dtype, device) -> Tensor:
+    for maker in GRAD_BUFFER_MAKERS:
+        buffer = maker(params, numel, dtype, device)
+        if buffer is not None:
+            return buffer
+    return new_empty((numel,), dtype, device)
+
+
 class FlatGroup:
     """One flat buffer each for a group's parameters, gradients and optimizer state.
 
@@ -272,7 +286,7 @@ class FlatGroup:
         (dtype, device), = kinds
         total = sum(p.numel() for p in params)
         values = new_empty((total,), dtype, device)
-        grads = new_empty((total,), dtype, device)
+        grads = _grad_buffer(params, total, dtype, device)
         views, slots, starts = [], [], []
         start = 0
         for p in params:

@@ -20,11 +20,18 @@ first leaf of the graph's depth-first walk, so the last in topological order),
 after every parameter's gradient is final. There the gradients are averaged
 over the ranks with as few MPI calls as their memory allows:
 
-* an optimizer keeps each group's gradients in one flat buffer
-  (``nn/optim.py`` ``FlatGroup``), so a model whose parameters are one group
-  costs one in-place ``Allreduce`` of that buffer per step, with no copy;
-* gradients elsewhere (no optimizer yet, a group that is not flat) are packed
-  into one buffer per dtype, reduced together and copied back.
+* when every rank runs on this machine, the gradients live in memory the ranks
+  share (an MPI-3 shared-memory window, ``dist.SharedBuffer``): each trainable
+  CPU parameter has a fixed place in it, and an optimizer made after wrapping
+  takes its flat gradient buffer (``nn/optim.py`` ``FlatGroup``) from there, so
+  backward writes the gradients straight into it. The average is then two
+  barriers and one pass in which each rank sums its share of every rank's
+  gradients, scales by ``1/N`` and writes the result back to all of them;
+  gradients found elsewhere (an optimizer made before wrapping, a group in
+  another order) are copied in and out around it;
+* across machines (or with ``shared_memory=False``, or ``MINITORCH_DIST_SHARED=0``)
+  one in-place ``Allreduce`` of each optimizer group's flat buffer, and gradients
+  elsewhere packed into one buffer per dtype, reduced together and copied back.
 
 Inside ``mt.capture`` the averaging is a recorded host op: each replay runs it
 between the backward kernels and the optimizer's step, as an eager step does.
@@ -49,6 +56,7 @@ own (``ddp.module.state_dict()``): save them on rank 0
 from __future__ import annotations
 
 import contextlib
+import weakref
 import zlib
 
 import numpy as np
@@ -61,7 +69,10 @@ from ..tensor.creation import new_empty
 from ..tensor.device import CPU
 from ..tensor.dtypes import float32
 from ..tensor.expr import Scalar
+from ..tensor.layout import contiguous
+from ..tensor.storage import Storage
 from ..tensor.tensor import Tensor
+from . import optim
 from .module import Module
 
 __all__ = ["DistributedDataParallel"]
@@ -73,9 +84,14 @@ class DistributedDataParallel(Module):
     ``broadcast_parameters``: copy rank 0's parameters to every rank now (needed
     unless every rank built the same weights from the same seed). With one
     process (no launcher, or ``mpiexec -n 1``) it is ``module`` unchanged.
+    ``shared_memory``: average through memory the ranks share when they are all
+    on this machine (and ``$MINITORCH_DIST_SHARED`` is not 0); False: always
+    ``Allreduce``. Make the optimizer after wrapping: its gradient buffer then
+    lies in that memory, and nothing is copied.
     """
 
-    def __init__(self, module: Module, broadcast_parameters: bool = True):
+    def __init__(self, module: Module, broadcast_parameters: bool = True,
+                 shared_memory: bool = True):
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel wraps a Module, got "
@@ -88,6 +104,13 @@ class DistributedDataParallel(Module):
             with no_grad():
                 for p in module.parameters():
                     dist.broadcast(p.value, src=0)
+        if shared_memory and dist.get_world_size() > 1:
+            self._sync.shared = _SharedGradients.make(self._sync.trainable())
+
+    @property
+    def shared_memory(self) -> bool:
+        """True when the gradients are averaged through memory the ranks share."""
+        return self._sync.shared is not None
 
     @property
     def rank(self) -> int:
@@ -163,6 +186,7 @@ class _GradientSync:
         self.anchor_grad = new_empty((), float32, CPU)
         self.pending: list | None = None  # (param, version of its grad or None) per forward
         self.plan: _Plan | None = None
+        self.shared: _SharedGradients | None = None
 
     def trainable(self) -> list[Node]:
         return [p for p in self.ddp.module.parameters() if p.requires_grad]
@@ -205,12 +229,13 @@ class _GradientSync:
         return getattr(value, "storage", None) is self.anchor_grad.storage
 
     def reduce(self, params) -> None:
-        grads = [p.grad.value for p in params if p.grad is not None]
+        params = [p for p in params if p.grad is not None]
+        grads = [p.grad.value for p in params]
         if not grads:
             return
         plan = self.plan
         if plan is None or not plan.serves(grads):
-            plan = self.plan = _Plan(grads)
+            plan = self.plan = _Plan(params, grads, self.shared)
         dist.host_write(plan.run, [g.storage for g in grads])
 
 
@@ -224,14 +249,158 @@ def _version(p: Node):
 
 
 class _Plan:
+    """How to average the gradients of ``params``: those with a place in shared
+    memory there (in place, or copied in and out), the others by ``Allreduce``.
+    Which gradients are in place is each rank's own business; the collectives
+    (the shared buffers' averages in order, then the Allreduces) are the same on
+    every rank, as the gradients' places and shapes are."""
+
+    def __init__(self, params: list[Node], grads: list[Tensor], shared):
+        self.datas = [g.storage.data for g in grads]
+        self.layouts = [g.layout for g in grads]
+        self.shared, rest = shared.plan(params, grads) if shared is not None else ([], grads)
+        self.rest = _AllreducePlan(rest) if rest else None
+        self.fast = None
+        if len(self.shared) == 1 and self.rest is None and not self.shared[0][2]:
+            buffer, runs, _ = self.shared[0]
+            self.fast = (buffer.average, runs)
+
+    def serves(self, grads) -> bool:
+        """The same gradient memory as when this plan was made."""
+        return len(grads) == len(self.datas) and all(
+            g.storage.data is d and g.layout == lay
+            for g, d, lay in zip(grads, self.datas, self.layouts))
+
+    def run(self) -> None:
+        if self.fast is not None:  # the gradients in shared memory already: the usual case
+            average, runs = self.fast
+            average(runs)
+            return
+        for buffer, runs, staged in self.shared:
+            segment = buffer.segment
+            for array, start, stop in staged:
+                segment[start:stop] = array.reshape(-1)
+            buffer.average(runs)
+            for array, start, stop in staged:
+                array[...] = segment[start:stop].reshape(array.shape)
+        if self.rest is not None:
+            self.rest.run()
+
+
+class _SharedGradients:
+    """A wrapped model's gradients in memory the ranks of this machine share: one
+    ``dist.SharedBuffer`` per dtype, each trainable float CPU parameter at a fixed
+    place in it, in ``module.parameters()`` order (so the same on every rank)."""
+
+    def __init__(self, params):
+        sizes: dict = {}
+        self.places: dict[int, tuple] = {}  # id(parameter) -> (dtype, start, stop, ref)
+        for p in params:
+            if p.device == CPU and p.dtype.kind == "f" and p.dtype.itemsize >= 4:
+                start = sizes.get(p.dtype, 0)
+                sizes[p.dtype] = start + p.numel()
+                self.places[id(p)] = (p.dtype, start, start + p.numel(), weakref.ref(p))
+        made = {dtype: dist.shared_buffer(n, dtype) for dtype, n in sizes.items()}
+        self.buffers = {dtype: b for dtype, b in made.items() if b is not None}
+        self.places = {k: v for k, v in self.places.items() if v[0] in self.buffers}
+
+    @classmethod
+    def make(cls, params) -> _SharedGradients | None:
+        """Collective: the layout of ``params`` in new shared buffers, or None where
+        shared memory cannot serve (``dist.shared_memory_usable``)."""
+        if not dist.shared_memory_usable():
+            return None
+        shared = cls(params)
+        if not shared.buffers:
+            return None
+        _LIVE[:] = [ref for ref in _LIVE if ref() is not None] + [weakref.ref(shared)]
+        return shared
+
+    def place(self, p) -> tuple | None:
+        """``(dtype, start, stop)`` of parameter ``p``, or None: not one of the model's."""
+        place = self.places.get(id(p))
+        if place is None or place[3]() is not p:  # a later object under a freed one's id
+            return None
+        return place[:3]
+
+    def buffer_for(self, params, numel: int, dtype, device) -> Tensor | None:
+        """A flat gradient buffer for an optimizer group whose ``params`` lie end to end
+        here, in order: a view of this rank's segment; else None."""
+        first = self.place(params[0])
+        if first is None or device != CPU or first[0] != dtype:
+            return None
+        stop = first[1]
+        for p in params:
+            place = self.place(p)
+            if place is None or place[0] != dtype or place[1] != stop:
+                return None
+            stop = place[2]
+        if stop - first[1] != numel:
+            return None
+        data = self.buffers[dtype].segment[first[1]:stop]
+        return Tensor(Storage(data, CPU), contiguous((numel,)))
+
+    def plan(self, params, grads) -> tuple[list, list]:
+        """``([(buffer, runs, staged)], the other gradients)``: per buffer, the runs of
+        places to average and the gradients to copy in and out (``(array, start,
+        stop)``: those not in place); the rest for ``Allreduce``."""
+        spans = {dtype: [] for dtype in self.buffers}
+        staged: dict = {dtype: [] for dtype in self.buffers}
+        rest = []
+        for p, g in zip(params, grads):
+            place = self.place(p)
+            if place is None or g.device != CPU or g.dtype != place[0] or \
+                    g.numel() != place[2] - place[1] or not g.is_contiguous():
+                rest.append(g)
+                continue
+            dtype, start, stop = place
+            spans[dtype].append((start, stop))
+            segment = self.buffers[dtype].segment
+            if g.array.ctypes.data != segment.ctypes.data + start * segment.itemsize:
+                staged[dtype].append((g.array, start, stop))
+        out = []
+        for dtype, buffer in self.buffers.items():
+            if spans[dtype]:
+                out.append((buffer, _merged(spans[dtype]), staged[dtype]))
+        return out, rest
+
+
+def _merged(spans) -> list[list[int]]:
+    """Sorted ``[start, stop)`` spans, those end to end joined."""
+    runs: list[list[int]] = []
+    for start, stop in sorted(spans):
+        if runs and start <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], stop)
+        else:
+            runs.append([start, stop])
+    return runs
+
+
+#: The shared layouts of live wrappers, newest last: the optimizer asks them for its
+#: flat gradient buffers (``optim.GRAD_BUFFER_MAKERS``).
+_LIVE: list = []
+
+
+def _shared_grad_buffer(params, numel, dtype, device):
+    for ref in reversed(_LIVE):
+        shared = ref()
+        if shared is not None:
+            buffer = shared.buffer_for(params, numel, dtype, device)
+            if buffer is not None:
+                return buffer
+    return None
+
+
+optim.GRAD_BUFFER_MAKERS.append(_shared_grad_buffer)
+
+
+class _AllreducePlan:
     """How to average a list of gradients with as few collectives as their memory
     allows: one in place per contiguous run of them inside one buffer (an
     optimizer's flat gradient buffer: the whole model in one call), the rest
     packed per dtype and device into one staging buffer each."""
 
     def __init__(self, grads: list[Tensor]):
-        self.datas = [g.storage.data for g in grads]
-        self.layouts = [g.layout for g in grads]
         regions, loose = {}, []
         for i, g in enumerate(grads):
             data = g.storage.data
@@ -282,12 +451,6 @@ class _Plan:
             array = self.in_place[0]
             self.fast = (dist.comm(), mpi.IN_PLACE, mpi.SUM, array,
                          array.dtype.type(1.0 / dist.get_world_size()))
-
-    def serves(self, grads) -> bool:
-        """The same gradient memory as when this plan was made."""
-        return len(grads) == len(self.datas) and all(
-            g.storage.data is d and g.layout == lay
-            for g, d, lay in zip(grads, self.datas, self.layouts))
 
     def run(self) -> None:
         if self.fast is not None:  # one CPU buffer, no timeout: the shortest path

@@ -227,6 +227,7 @@ def ddp_matches_single_process(device: str) -> None:
             model = make_model(seed=rank, device=device)  # different per rank: wrap syncs
             ddp = DistributedDataParallel(model)
             assert ddp.parameters_in_sync()
+            assert ddp.shared_memory == (device == "cpu" and expect_shared())
             reference = make_model(seed=0, device=device)  # rank 0's weights
             for p, q in zip(model.parameters(), reference.parameters()):
                 np.testing.assert_array_equal(p.numpy(), q.numpy())
@@ -369,6 +370,141 @@ def ddp_no_sync_and_errors(device: str) -> None:
             np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6,
                                        err_msg=order)
     dist.barrier()
+
+
+# ---- averaging through shared memory ---------------------------------------------------
+
+def expect_shared() -> bool:
+    """Whether DDP should average through shared memory in this job (CPU, not off)."""
+    return dist.get_world_size() > 1 and dist.shared_memory_usable()
+
+
+@case
+def shared_average(device: str) -> None:
+    """``SharedBuffer.average`` against ``Allreduce`` + scale on the same values: the same
+    bits with 2 ranks (a sum of two floats has one order), within summation order with
+    more; every rank gets the same bits; what lies outside the runs is left alone."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    assert dist.shared_memory_usable(), "every rank is on this machine"
+    comm, mpi = dist.comm(), dist.mpi_module()
+    for dtype in (np.float32, np.float64):
+        for n, runs in ((1, [(0, 1)]), (7, [(0, 7)]), (1000, [(0, 1000)]),
+                        (100_003, [(0, 100_003)]), (5000, [(3, 1500), (1500, 1501), (2000, 4999)])):
+            buffer = dist.shared_buffer(n, dtype)
+            assert buffer.segment.shape == (n,) and buffer.segment.dtype == dtype
+            mine = rank_data(rank, n, dtype, seed=n)
+            buffer.segment[:] = mine
+            buffer.average(runs)
+            expected = mine.copy()
+            for start, stop in runs:
+                part = mine[start:stop].copy()
+                comm.Allreduce(mpi.IN_PLACE, part, op=mpi.SUM)
+                expected[start:stop] = part * dtype(1.0 / size)
+            if size == 2:
+                assert buffer.segment.tobytes() == expected.tobytes(), (dtype, n)
+            else:
+                np.testing.assert_allclose(buffer.segment, expected, rtol=1e-5 if dtype ==
+                                           np.float32 else 1e-12, err_msg=f"{dtype} {n}")
+            averaged = b"".join(buffer.segment[start:stop].tobytes() for start, stop in runs)
+            gathered = comm.allgather(averaged)
+            assert all(g == gathered[0] for g in gathered), (dtype, n)
+            # a second average of the result changes nothing (the mean of equal values)
+            before = buffer.segment.copy()
+            buffer.average(runs)
+            np.testing.assert_allclose(buffer.segment, before, rtol=1e-6)
+    assert dist.shared_buffer(0, np.float32) is None
+
+
+@case
+def ddp_shared_matches_allreduce(device: str) -> None:
+    """The shared-memory average gives every parameter the gradient the Allreduce path
+    gives (the same bits with 2 ranks), with the optimizer made after wrapping (its
+    gradient buffer in shared memory: nothing copied), before wrapping (copied in and
+    out), with no optimizer, and in a captured step; ``MINITORCH_DIST_SHARED=0`` and
+    ``shared_memory=False`` fall back to Allreduce."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    rng = np.random.default_rng(5)
+    batches = [(rng.standard_normal((size * 4, 12)).astype(np.float32),
+                rng.integers(0, 4, size * 4)) for _ in range(4)]
+    part = slice(rank * 4, (rank + 1) * 4)
+
+    def run(shared: bool, optimizer: str, captured: bool):
+        model = make_model(seed=3, device=device)
+        opt = None
+        if optimizer == "before":
+            opt = nn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        ddp = DistributedDataParallel(model, shared_memory=shared)
+        assert ddp.shared_memory == (shared and expect_shared())
+        if optimizer == "after":
+            opt = nn.optim.Adam(ddp.parameters(), lr=0.01)
+        arrays = []  # each step's gradients, then the parameters
+
+        def step(x, y):
+            if opt is not None:
+                opt.zero_grad()
+            else:
+                model.zero_grad()
+            loss = nn.functional.cross_entropy(ddp(x), y)
+            loss.backward()
+            if opt is not None:
+                opt.step()
+            return loss
+
+        stepper = mt.capture(step) if captured else step
+        for x, y in batches:
+            stepper(mt.tensor(x[part], device=device), mt.tensor(y[part], device=device))
+            arrays.extend(p.grad.numpy().copy() for p in model.parameters())
+        if captured:
+            assert len(stepper.recordings) == 1
+        assert ddp.parameters_in_sync()
+        plan = ddp._sync.plan
+        if ddp.shared_memory:  # where the gradients were: in place, or copied in and out
+            in_place = plan.fast is not None
+            assert in_place == (optimizer == "after"), (optimizer, plan.shared)
+            assert plan.rest is None
+        return arrays + [p.numpy().copy() for p in model.parameters()]
+
+    for optimizer in ("after", "before", "none"):
+        for captured in (False, True):
+            if captured and optimizer == "none":
+                continue
+            reference = run(False, optimizer, captured)
+            got = run(True, optimizer, captured)
+            assert len(got) == len(reference)
+            for a, b in zip(got, reference):
+                if size == 2:
+                    np.testing.assert_array_equal(a, b, err_msg=f"{optimizer} {captured}")
+                else:
+                    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@case
+def shared_fallback_across_machines(device: str) -> None:
+    """Where the shared-memory file system has no room, and where the ranks do not all
+    share this machine (simulated: this process's machine-local communicator holds
+    itself alone), DDP averages by Allreduce."""
+    import warnings
+    real = dist._shm_problem
+    dist._shm_problem = lambda nbytes: "no room (simulated)"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ddp = DistributedDataParallel(make_model(0, device))
+    dist._shm_problem = real
+    assert not ddp.shared_memory
+    if dist.get_rank() == 0:  # the node's rank 0 decides for all
+        assert any("no room (simulated); averaging by Allreduce" in str(w.message)
+                   for w in caught), [str(w.message) for w in caught]
+    comm = dist.comm()
+    dist._state.node = (comm, dist.mpi_module().COMM_SELF)
+    assert not dist.shared_memory_usable()
+    assert dist.shared_buffer(10, np.float32) is None
+    ddp = DistributedDataParallel(make_model(0, device))
+    assert not ddp.shared_memory
+    opt = nn.optim.SGD(ddp.parameters(), lr=0.1)
+    x = mt.tensor(rank_data(dist.get_rank(), (3, 12)), device=device)
+    nn.functional.cross_entropy(ddp(x), mt.tensor(np.arange(3) % 4)).backward()
+    opt.step()
+    assert ddp.parameters_in_sync() and ddp._sync.plan.shared == []
 
 
 @case

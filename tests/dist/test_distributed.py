@@ -87,8 +87,8 @@ def launch(mpiexec, n: int, *args: str, timeout: float = TIMEOUT, env=None):
     return proc
 
 
-def run_case(mpiexec, name: str, n: int = 2, *extra: str):
-    proc = launch(mpiexec, n, str(WORKER), name, *extra)
+def run_case(mpiexec, name: str, n: int = 2, *extra: str, env=None):
+    proc = launch(mpiexec, n, str(WORKER), name, *extra, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     # the ranks' lines may interleave: look for each one's mark
     passed = sorted(re.findall(r"PASS (\w+) rank (\d+)", proc.stdout))
@@ -154,6 +154,14 @@ def test_launched_reads_the_launcher_environment(monkeypatch):
     monkeypatch.delenv("PMI_RANK")
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
     assert dist.launched()
+
+
+def test_shared_memory_room_is_checked(tmp_path):
+    import minitorch_exp.distributed as dist
+    assert dist._shm_problem(1 << 20, str(tmp_path)) is None
+    problem = dist._shm_problem(1 << 60, str(tmp_path))
+    assert "do not fit in" in problem and "--shm-size" in problem
+    assert dist._shm_problem(1 << 60, str(tmp_path / "missing")) is None
 
 
 @pytest.mark.parametrize("n, replicas, drop_last", [(100, 2, False), (101, 2, False),
@@ -241,6 +249,29 @@ def test_collectives_against_numpy(mpi, name):
                                   "ddp_no_sync_and_errors"])
 def test_ddp_step_equals_a_single_process_step_on_the_whole_batch(mpi, name):
     run_case(mpi, name)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("name", ["shared_average", "ddp_shared_matches_allreduce"])
+def test_shared_memory_average_equals_allreduce(mpi, name, n):
+    """Bitwise with 2 processes; with 3 (more processes than cores here) within float32
+    summation order."""
+    run_case(mpi, name, n)
+
+
+def test_ddp_with_three_processes(mpi):
+    run_case(mpi, "ddp_matches_single_process", 3)
+
+
+@pytest.mark.parametrize("name", ["ddp_matches_single_process",
+                                  "ddp_equals_mean_of_local_gradients"])
+def test_ddp_with_shared_memory_turned_off(mpi, name):
+    """MINITORCH_DIST_SHARED=0: every average is an Allreduce (the cases check which)."""
+    run_case(mpi, name, env={**ENV, "MINITORCH_DIST_SHARED": "0"})
+
+
+def test_ranks_on_several_machines_average_by_allreduce(mpi):
+    run_case(mpi, "shared_fallback_across_machines")
 
 
 def test_a_world_of_one(mpi):
