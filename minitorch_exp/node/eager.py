@@ -100,9 +100,34 @@ def apply(row: OpDef, values) -> Tensor | None:
     return None if first is None else compute(row, plain, first)
 
 
+def widest(tensors) -> Tensor | None:
+    """The operand of an elementwise op that the others broadcast into, when all have one
+    float dtype (PyTorch's promotion changes nothing then); None otherwise."""
+    if not tensors:
+        return None
+    big = tensors[0]
+    if big.dtype.kind != "f":
+        return None
+    for t in tensors[1:]:
+        if t.dtype is not big.dtype:
+            return None
+        if t.shape != big.shape and math.prod(t.shape) > math.prod(big.shape):
+            big = t
+    for t in tensors:
+        if t.shape != big.shape and not _fits(t.shape, big.shape):
+            return None
+    return big
+
+
+def _fits(shape: tuple, target: tuple) -> bool:
+    """Whether ``shape`` broadcasts to ``target`` (NumPy's rule, trailing axes aligned)."""
+    return len(shape) <= len(target) and all(
+        n == 1 or n == m for n, m in zip(reversed(shape), reversed(target)))
+
+
 def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
     """``apply`` for ``values`` known to be Tensors and Python numbers, ``first`` the
-    first Tensor among them."""
+    Tensor whose shape the result has."""
     if (math.prod(first.shape) >= _modes.threshold or first.device is not CPU
             or recording.active() is not None):  # computes_now, spelled out: every op asks
         return None

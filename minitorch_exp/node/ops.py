@@ -78,26 +78,27 @@ class Elementwise(Function):
             raise RuntimeError(f"op {op.name!r} has no derivative; pass derivative= to "
                                "register_op to differentiate through it")
         if op.builtin and eager.backward_now(out):
-            return eager.derivative(op, g, out, args)
-        return op.derivative(eager.to_tensor(g), out, *(as_exp(a) for a in args))
+            grads = eager.derivative(op, g, out, args)
+        else:
+            grads = op.derivative(eager.to_tensor(g), out, *(as_exp(a) for a in args))
+        return tuple(_to_input_shape(r, a) for r, a in zip(grads, args))
 
     @classmethod
     def apply_now(cls, op: str, args: tuple) -> Node | None:
         """``apply`` for the everyday small case, computed at once (node/eager.py): Nodes
-        holding tensors of one shape and one float dtype (promotion leaves them alone)
-        and Python numbers, below the fusion threshold. It keeps what PyTorch-style
-        eager keeps: the value and, when recording, the inputs and what backward reads,
-        with its versions (docs/eager.md). None: the general path answers."""
-        values, needs, first = [], [], None
+        holding tensors of one float dtype (promotion leaves them alone) that broadcast
+        into one of them, and Python numbers, below the fusion threshold. It keeps what
+        PyTorch-style eager keeps: the value and, when recording, the inputs and what
+        backward reads, with its versions (docs/eager.md); broadcasting is NumPy's, and
+        backward sums each gradient back to its input's shape, with no expand between.
+        None: the general path answers."""
+        values, needs, tensors = [], [], []
         for a in args:
             if isinstance(a, Node):
                 v = a._value
-                if first is None:
-                    if type(v) is not Tensor or v.dtype.kind != "f":
-                        return None
-                    first = v
-                elif type(v) is not Tensor or v.shape != first.shape or v.dtype is not first.dtype:
+                if type(v) is not Tensor:
                     return None
+                tensors.append(v)
                 needs.append(a.requires_grad)
             elif type(a) in eager.NUMBERS:
                 v = a
@@ -105,7 +106,8 @@ class Elementwise(Function):
             else:
                 return None
             values.append(v)
-        out = None if first is None else eager.compute(OPS[op], values, first)
+        widest = eager.widest(tensors)
+        out = None if widest is None else eager.compute(OPS[op], values, widest)
         if out is None or anomaly.is_anomaly_enabled():
             return None
         node = Node(out)
@@ -116,6 +118,14 @@ class Elementwise(Function):
             ctx.inputs = args
             node.requires_grad, node.grad_fn = True, ctx
         return node
+
+
+def _to_input_shape(grad, value):
+    """A rule's gradient for the operand ``value``, summed over the axes the op computed
+    at once broadcast it along (expanded operands already have the result's shape)."""
+    if grad is None or type(value) is not Tensor or grad.shape == value.shape:
+        return grad
+    return eager.sum_to(grad, value.shape) if eager.is_array(grad) else grad.sum_to(value.shape)
 
 
 def elementwise(op: str, *args) -> Node:
