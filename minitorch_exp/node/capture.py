@@ -68,7 +68,7 @@ from ..tensor import capture as _recording
 from ..tensor.backends import cpu_backend
 from ..tensor.capture import CaptureError
 from ..tensor.expr import Exp
-from .grad_mode import is_grad_enabled
+from .grad_mode import fusion, fusion_enabled, is_grad_enabled
 from .node import Node
 
 
@@ -132,7 +132,8 @@ class CapturedFunction:
         if step is not None and not step.stale():
             if step.can_replay():
                 return step.replay(args)
-            return _detached(self.fn(*args))  # a gradient to add to: eager, as promised
+            with _as_replayed():  # a gradient to add to: eager, as promised
+                return _detached(self.fn(*args))
         leaves = self._warm.get(key)
         if leaves is None:
             return self._warm_up(key, args)
@@ -143,7 +144,7 @@ class CapturedFunction:
     def _warm_up(self, key, args):
         if len(self._warm) >= MAX_SIGNATURES:  # bounded, whatever the arguments
             self.reset()
-        with _logging_grads() as log:
+        with _logging_grads() as log, _as_replayed():
             out = self.fn(*args)
         self._warm[key] = _leaves(log)
         self._version = structure_version()  # as the run left it (it may build parts)
@@ -158,6 +159,14 @@ class CapturedFunction:
         """Forget every recording (the next calls warm up and record again)."""
         self._warm.clear()
         self._steps.clear()
+
+
+def _as_replayed():
+    """Eager calls of a captured function compute as its replays do: every op fused,
+    none at once below the fusion threshold (a recording keeps kernels only), so a
+    warm-up step gives the very bits a replayed one would -- and a run resumed
+    mid-epoch, whose first step is a warm-up, the bits of one never stopped."""
+    return fusion(fusion_enabled(), threshold=0)
 
 
 def _leaves(log: list) -> list:
