@@ -410,9 +410,84 @@ def pin_threads_to(n: int | None, defaults: dict) -> None:
         torch.set_num_threads(n or defaults["torch"])
 
 
+# ---------------------------------------------------------------- where the time of an op goes
+
+def cpu_time(fn, number: int = 2000, rounds: int = 15) -> float:
+    """Seconds of this thread's CPU per call of ``fn``, the least over ``rounds``: other
+    processes on a busy machine slow the wall clock, not this."""
+    best = math.inf
+    for _ in range(rounds):
+        start = time.thread_time()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.thread_time() - start) / number)
+    return best
+
+
+def anatomy_pieces() -> dict:
+    """What making one ``a * b`` Node (2x2 float32, requires grad) costs, piece by piece,
+    lazy (the fused path) and computed at once, and PyTorch's op for scale."""
+    from minitorch_exp.node import anomaly, eager
+    from minitorch_exp.node.function import Context
+    from minitorch_exp.node.node import Node, lazy_value
+    from minitorch_exp.node.ops import Elementwise
+    from minitorch_exp.tensor.engine import realize
+    from minitorch_exp.tensor.expr import Map
+    from minitorch_exp.tensor.ops import OPS
+    from minitorch_exp.tensor.tokens import leaf_tokens
+
+    rng = np.random.default_rng(0)
+    arr_a, arr_b = (rng.standard_normal((2, 2)).astype(np.float32) for _ in range(2))
+    a, b = mt.tensor(arr_a, requires_grad=True), mt.tensor(arr_b, requires_grad=True)
+    ta, tb, mul = a.value, b.value, OPS["mul"]
+    ctx = Context(Elementwise, (True, True))
+
+    def fused_op():
+        with mt.fusion(threshold=0):
+            return a * b
+
+    pieces = {
+        ("lazy", "the op, kept lazy (not computed)"): fused_op,
+        ("lazy", "tree node: Map build, checks memoized"): lambda: Map(mul, (ta, tb)),
+        ("lazy", "token interning of a new tensor"): lambda: leaf_tokens(eager.wrap(arr_a)),
+        ("lazy", "reads tracking (lazy_value)"): lambda: lazy_value(Map(mul, (ta, tb)), True,
+                                                                    (a, b), {}),
+        ("lazy", "realizing it: plan and launch lookup, kernel"):
+            lambda: realize(Map(mul, (ta, tb))),
+        ("at once", "the op, computed"): lambda: a * b,
+        ("at once", "operand and dtype checks (widest)"): lambda: eager.widest([ta, tb]),
+        ("at once", "threshold, device, capture checks"): lambda: eager.computes_now(ta),
+        ("at once", "NumPy ufunc"): lambda: np.multiply(arr_a, arr_b),
+        ("at once", "Tensor and Storage for the result"): lambda: eager.wrap(arr_a),
+        ("at once", "Node"): lambda: Node(ta),
+        ("at once", "Context"): lambda: Context(Elementwise, (True, True)),
+        ("at once", "saved values and their versions"):
+            lambda: ctx.save_for_backward(ta, tb, ta),
+        ("at once", "grad mode and anomaly mode checks"):
+            lambda: (mt.is_grad_enabled(), anomaly.is_anomaly_enabled()),
+        ("at once", "rule on arrays (backward of mul)"):
+            lambda: eager.derivative(mul, arr_a, ta, (ta, tb)),
+    }
+    if torch is not None:
+        pa, pb = torch.tensor(arr_a, requires_grad=True), torch.tensor(arr_b, requires_grad=True)
+        pieces[("pytorch", "the op")] = lambda: pa * pb
+    return pieces
+
+
+def anatomy(min_time: float) -> Table:
+    print(f"\n== where the time of one op goes, 2x2 float32, CPU time of this thread "
+          f"({load_line()})")
+    table = Table("eager_anatomy")
+    for (path, piece), fn in anatomy_pieces().items():
+        table.add(path, piece, cpu_time(fn))
+    table.print()
+    return table
+
+
 # ---------------------------------------------------------------- driver
 
-SECTIONS = {"ops": per_op, "tutorials": tutorials, "mlp": mlp, "sweep": sweep}
+SECTIONS = {"ops": per_op, "tutorials": tutorials, "mlp": mlp, "sweep": sweep,
+            "anatomy": anatomy}
 
 
 def main(argv=None) -> int:

@@ -100,23 +100,24 @@ def apply(row: OpDef, values) -> Tensor | None:
     return None if first is None else compute(row, plain, first)
 
 
-def widest(tensors) -> Tensor | None:
+def widest(tensors) -> tuple[Tensor | None, bool]:
     """The operand of an elementwise op that the others broadcast into, when all have one
-    float dtype (PyTorch's promotion changes nothing then); None otherwise."""
-    if not tensors:
-        return None
-    big = tensors[0]
-    if big.dtype.kind != "f":
-        return None
+    float dtype (PyTorch's promotion changes nothing then), else None; and whether any
+    operand is broadcast."""
+    if not tensors or tensors[0].dtype.kind != "f":
+        return None, False
+    big, broadcast = tensors[0], False
     for t in tensors[1:]:
         if t.dtype is not big.dtype:
-            return None
-        if t.shape != big.shape and math.prod(t.shape) > math.prod(big.shape):
-            big = t
-    for t in tensors:
-        if t.shape != big.shape and not _fits(t.shape, big.shape):
-            return None
-    return big
+            return None, False
+        if t.shape != big.shape:
+            broadcast = True
+            if math.prod(t.shape) > math.prod(big.shape):
+                big = t
+    if broadcast and not all(t.shape == big.shape or _fits(t.shape, big.shape)
+                             for t in tensors):
+        return None, False
+    return big, broadcast
 
 
 def _fits(shape: tuple, target: tuple) -> bool:
@@ -166,7 +167,7 @@ def wrap(arr) -> Tensor:
         layout = _LAYOUTS.get(arr.shape)
         if layout is None:
             layout = _LAYOUTS.keep(arr.shape, contiguous(arr.shape))
-    elif flags.f_contiguous:  # a transposed product (``_matmul``) and what is computed from it
+    elif flags.f_contiguous:  # a transposed product (``matmul``) and what is computed from it
         layout = Layout(arr.shape, tuple([s // arr.itemsize for s in arr.strides]))
     else:
         return wrap(np.ascontiguousarray(arr))
@@ -177,7 +178,7 @@ def wrap(arr) -> Tensor:
     return t
 
 
-def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b``. A C-ordered ``a`` times a transposed C-ordered ``b`` -- ``x @ W.T``, every
     linear layer -- is computed as ``(b.T @ a.T).T``: OpenBLAS runs that form up to 1.5x
     faster (docs/eager.md); the result is then F-ordered."""
@@ -235,6 +236,12 @@ def derivative(row: OpDef, g, out: Tensor, args) -> tuple:
         if r is garr or (r is not None and type(r) is not np.ndarray):
             return tuple(g if r is garr else r if r is None else as_array(r) for r in grads)
     return grads
+
+
+def fold(name: str, x: np.ndarray, axes: tuple, keepdims: bool = False) -> np.ndarray:
+    """The reduction ``name`` (a row of ``REDUCTIONS``) of the array ``x`` over ``axes``,
+    computed as the engine computes it (``_fold``)."""
+    return _fold(REDUCTIONS[name], x, x.shape, axes, keepdims)
 
 
 def sum_to(g, shape: tuple) -> np.ndarray:
@@ -324,7 +331,7 @@ def _eval(e) -> np.ndarray:
     elif t is Reduce and _folds(e.reduction, e.axes):
         out = _fold(e.reduction, _eval(e.x), e.x.shape, e.axes, True).reshape(e.shape)
     elif t is Dot:
-        out = _matmul(np.asarray(_eval(e.a)), np.asarray(_eval(e.b)))
+        out = matmul(np.asarray(_eval(e.a)), np.asarray(_eval(e.b)))
     elif t is ViewExp:
         base = e.base.realized if e.base.realized is not None else wrap(_eval(e.base))
         out = e.fn(base).array.copy()  # a view of memory that may be another's

@@ -81,7 +81,9 @@ class Elementwise(Function):
             grads = eager.derivative(op, g, out, args)
         else:
             grads = op.derivative(eager.to_tensor(g), out, *(as_exp(a) for a in args))
-        return tuple(_to_input_shape(r, a) for r, a in zip(grads, args))
+        if "broadcast" in ctx.attrs:  # apply_now broadcast an operand: sum back to its shape
+            return tuple(_to_input_shape(r, a) for r, a in zip(grads, args))
+        return grads
 
     @classmethod
     def apply_now(cls, op: str, args: tuple) -> Node | None:
@@ -106,7 +108,7 @@ class Elementwise(Function):
             else:
                 return None
             values.append(v)
-        widest = eager.widest(tensors)
+        widest, broadcast = eager.widest(tensors)
         out = None if widest is None else eager.compute(OPS[op], values, widest)
         if out is None or anomaly.is_anomaly_enabled():
             return None
@@ -114,6 +116,8 @@ class Elementwise(Function):
         if True in needs and is_grad_enabled() and out.dtype.kind == "f":
             ctx = Context(cls, tuple(needs))
             ctx.attrs = {"op": op}
+            if broadcast:
+                ctx.attrs["broadcast"] = True
             ctx.save_for_backward(*values, out)
             ctx.inputs = args
             node.requires_grad, node.grad_fn = True, ctx
@@ -122,7 +126,7 @@ class Elementwise(Function):
 
 def _to_input_shape(grad, value):
     """A rule's gradient for the operand ``value``, summed over the axes the op computed
-    at once broadcast it along (expanded operands already have the result's shape)."""
+    at once broadcast it along."""
     if grad is None or type(value) is not Tensor or grad.shape == value.shape:
         return grad
     return eager.sum_to(grad, value.shape) if eager.is_array(grad) else grad.sum_to(value.shape)
@@ -390,9 +394,17 @@ class SoftmaxCrossEntropy(Function):
     """
 
     lazy = True
+    array_grads = True  # below the fusion threshold: the same formulas on NumPy arrays
 
     @staticmethod
     def forward(ctx, z, q):
+        if type(z) is Tensor and eager.computes_now(z):
+            za, qa = z.array, eager.as_array(q)
+            m = eager.fold("max", za, (1,), keepdims=True)
+            c = za - m
+            s = eager.fold("sum", OPS["exp"].numpy(c), (1,), keepdims=True)
+            ctx.save_for_backward(z, q, eager.wrap(m), eager.wrap(s))
+            return eager.wrap(OPS["log"].numpy(s.reshape(len(s))) - eager.fold("sum", c * qa, (1,)))
         m = realize(z.max(1, keepdims=True))  # z may stay lazy: each reduction fuses it
         c = z - m
         s = realize(apply_op("exp", c).sum(1, keepdims=True))
@@ -402,6 +414,10 @@ class SoftmaxCrossEntropy(Function):
     @staticmethod
     def backward(ctx, g):
         z, q, m, s = ctx.saved_tensors
+        if type(z) is Tensor and eager.computes_now(z):  # as forward decided
+            g, q = eager.as_array(g), eager.as_array(q)
+            return (OPS["exp"].numpy(z.array - m.array) / s.array - q) * g.reshape(-1, 1), None
+        g = eager.to_tensor(g)
         return (apply_op("exp", z - m) / s - q) * g.reshape(g.shape[0], 1), None
 
 
@@ -445,11 +461,15 @@ class Linear(Function):
     """
 
     lazy = True
+    array_grads = True  # below the fusion threshold: the same products on NumPy arrays
 
     @staticmethod
     def forward(ctx, x, weight, bias=None):
         x, weight = realize(x), realize(weight)
         ctx.save_for_backward(x, weight)
+        if eager.now(x.shape[:-1] + weight.shape[:1], x.device) and type(bias) in _PLAIN:
+            out = eager.matmul(x.array, weight.array.T)
+            return eager.wrap(out if bias is None else out + bias.array)
         out = realize(Dot(x, weight.transpose(0, 1)))
         return out if bias is None else out + bias
 
@@ -457,6 +477,8 @@ class Linear(Function):
     def backward(ctx, g):
         x, weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
+        if eager.is_array(g) or eager.computes_now(g):
+            return _linear_grads_now(eager.as_array(g), x, weight, needs)
         if needs.count(True) > 1:
             g = realize(g)  # read by each gradient below: compute it once
         rows = g.reshape(-1, weight.shape[0])  # every leading index is one row
@@ -465,6 +487,25 @@ class Linear(Function):
         if len(needs) == 2:  # no bias
             return gx, gw
         return gx, gw, rows.sum(0) if needs[2] else None
+
+
+_PLAIN = (Tensor, type(None))
+
+
+def _linear_grads_now(g: np.ndarray, x: Tensor, weight: Tensor, needs) -> tuple:
+    """``Linear.backward`` below the threshold: the products on NumPy arrays, but the
+    weight's gradient kept a lazy product where it is large, so that backward writes it
+    straight into the weight's gradient buffer (no temporary the size of the weight)."""
+    rows = g.reshape(-1, weight.shape[0])  # every leading index is one row
+    gx = eager.matmul(g, weight.array) if needs[0] else None
+    gw = None
+    if needs[1] and eager.now(weight.shape, weight.device):
+        gw = eager.matmul(rows.T, x.array.reshape(-1, x.shape[-1]))
+    elif needs[1]:
+        gw = Dot(eager.wrap(rows).transpose(0, 1), x.reshape(-1, x.shape[-1]))
+    if len(needs) == 2:  # no bias
+        return gx, gw
+    return gx, gw, eager.sum_to(rows, weight.shape[:1]) if needs[2] else None
 
 
 def linear(x: Node, weight: Node, bias: Node | None = None) -> Node:
