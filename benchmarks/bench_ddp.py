@@ -1,5 +1,6 @@
 """Data parallel over MPI: training throughput with 1 and 2 processes, ours and PyTorch's,
-and all-reduce bandwidth against raw mpi4py.
+the gradient average through shared memory against MPI's Allreduce, and all-reduce
+bandwidth against raw mpi4py.
 
 Each measurement runs in one job of 2 processes started with ``mpiexec -bind-to core``
 (the mpich wheel's, next to this Python), one thread per process:
@@ -8,28 +9,39 @@ Each measurement runs in one job of 2 processes started with ``mpiexec -bind-to 
   SGD momentum 0.9, ``mt.capture``, the loss and accuracy read back every step)
   on MNIST, 128 samples per process per step, each process's batches drawn by
   ``nn.DistributedSampler``. Rows: ours with 1 process (the plain model) and
-  with 2 (``nn.parallel.DistributedDataParallel``); PyTorch with 1 and 2 (its
-  ``DistributedDataParallel`` over gloo), from the same initial weights on the
-  same batches; and, for each, 2 processes that train without averaging
-  anything: the speed two processes reach on this machine before any
-  communication. Every row is built once, then the rows take turns, a block of
-  steps each per round, so a busy machine slows them all alike (a 1-process
-  row runs on rank 0 while rank 1 sleeps).
-* ``ddp_bucketing``: ours with 2 processes, three ways to average the gradient:
-  one ``Allreduce`` of the optimizer's flat gradient buffer at the end of backward
-  (what ``DistributedDataParallel`` does), and non-blocking ``Iallreduce`` buckets
+  with 2 (``nn.parallel.DistributedDataParallel``: its default average through
+  shared memory; with ``shared_memory=False``, one ``Allreduce``; and with the
+  optimizer made before wrapping, so that the gradients are copied into shared
+  memory and back); PyTorch with 1 and 2 (its ``DistributedDataParallel`` over
+  gloo), from the same initial weights on the same batches; and, for each, 2
+  processes that train without averaging anything: the speed two processes
+  reach on this machine before any communication. Every row is built once, then
+  the rows take turns, a block of steps each per round, so a busy machine slows
+  them all alike (a 1-process row runs on rank 0 while rank 1 sleeps).
+* ``ddp_bucketing``: ours with 2 processes, ways to average the gradient: the
+  rows above, one ``Allreduce`` of the optimizer's flat gradient buffer at the end
+  of backward (what ``DistributedDataParallel`` does across machines), and
+  non-blocking ``Iallreduce`` buckets
   started as soon as backward has finished their gradients (2 buckets, and one
   per tensor), waited for at the end of backward. The buckets are an experiment
   made here (they wrap the optimizer's gradient slots); the library keeps what
-  wins. Also where an eager step's time goes (``anatomy``).
+  wins. Also where an eager step's time goes, and, in the captured step, how long
+  the average takes once both ranks are there and how long the first waits for the
+  other, for both ways to average (``anatomy``).
+* ``ddp_average``: seconds per average (sum, then scale by 1/2) of 1e3 .. 1e7 float32
+  over 2 processes, each rank's buffer freshly written before each call as backward
+  leaves it: ``comm.Allreduce`` + scale (what ``shared_memory=False`` does), the
+  shared-memory average in place (``dist.SharedBuffer``, the gradients already in
+  the window) and copied in and out of it; the three in turn, a barrier before each.
 * ``ddp_allreduce``: seconds per in-place sum of 1e3 .. 1e7 float32 over 2
   processes: ``dist.all_reduce`` on a tensor against ``comm.Allreduce`` on a NumPy
   array, one call of each in turn after a barrier; the overhead is ours / raw - 1.
 
 Results: ``benchmarks/results/ddp_*.md`` / ``.csv`` and ``ddp_summary.md``.
 
-    python benchmarks/bench_ddp.py                    # all three (about a minute)
+    python benchmarks/bench_ddp.py                    # all four (a few minutes)
     python benchmarks/bench_ddp.py --only allreduce --rounds 9
+    python benchmarks/bench_ddp.py --only average
     python benchmarks/bench_ddp.py --only throughput --steps 300 --no-torch
 """
 
@@ -98,10 +110,16 @@ def load_text() -> str:
 
 
 #: (row name, framework, processes, averaging) of the throughput rows, in the order run.
+#: The 2-process rows of ours: the library's default (shared memory), and the others.
+OURS = "minitorch_exp 2 processes"
+ALLREDUCE = "minitorch_exp 2 processes, Allreduce (shared_memory=False)"
+STAGED = "minitorch_exp 2 processes, shared memory, gradients copied in and out"
 CONFIGS = [
     ("minitorch_exp 1 process", "ours", 1, "none"),
     ("minitorch_exp 2 processes, no averaging (floor)", "ours", 2, "none"),
-    ("minitorch_exp 2 processes", "ours", 2, "ddp"),
+    (OURS, "ours", 2, "ddp"),
+    (ALLREDUCE, "ours", 2, "allreduce"),
+    (STAGED, "ours", 2, "staged"),
     ("pytorch 1 process", "torch", 1, "none"),
     ("pytorch 2 processes, no averaging (floor)", "torch", 2, "none"),
     ("pytorch 2 processes (DDP, gloo)", "torch", 2, "ddp"),
@@ -154,22 +172,31 @@ def throughput(args, table, bucket_table, summary: list[str]) -> None:
             continue
         summary.append(f"| {name} | {median[name] * 1e3:.2f} ms ({best[name] * 1e3:.2f}) | "
                        f"{rate(name, n):,.0f} | {speedup(name, n, one[framework]):.2f}x |")
-    ours = speedup("minitorch_exp 2 processes", 2, one["ours"])
+    ours = speedup(OURS, 2, one["ours"])
     floor = speedup("minitorch_exp 2 processes, no averaging (floor)", 2, one["ours"])
     summary += ["", f"- ours, 2 processes over 1: **{ours:.2f}x** (goal >= 1.6x: "
                 f"{'met' if ours >= 1.6 else 'NOT met'}; two processes without any "
                 f"communication reach {floor:.2f}x here)"]
+    if ALLREDUCE in median:
+        paired = statistics.median(a / b for a, b in zip(result["times"][ALLREDUCE],
+                                                         result["times"][OURS]))
+        summary.append(f"- the same with one Allreduce instead of shared memory: "
+                       f"{speedup(ALLREDUCE, 2, one['ours']):.2f}x; a step with Allreduce "
+                       f"takes {paired:.2f}x the time of one through shared memory (median "
+                       "of the rounds' ratios)")
     if not args.no_torch:
         theirs = speedup("pytorch 2 processes (DDP, gloo)", 2, one["torch"])
         summary.append(f"- PyTorch, 2 processes over 1: **{theirs:.2f}x** (goal: ours >= "
                        f"PyTorch's: {'met' if ours >= theirs else 'NOT met'})")
         summary.append(f"- 2 processes, ours against PyTorch: "
-                       f"{rate('minitorch_exp 2 processes', 2):,.0f} vs "
+                       f"{rate(OURS, 2):,.0f} vs "
                        f"{rate('pytorch 2 processes (DDP, gloo)', 2):,.0f} samples/s")
     if not args.no_bucketing:
         summary += ["", "## Bucketing", "",
+                    "The buckets and the Allreduce row with `shared_memory=False`; the "
+                    "other two through shared memory.", "",
                     "| averaging | time/step | vs one Allreduce |", "| --- | ---: | ---: |"]
-        base = median["minitorch_exp 2 processes"]
+        base = median[ALLREDUCE]
         for name, framework, n, averaging in configs:
             if framework == "ours" and n == 2 and averaging != "none":
                 summary.append(f"| {name} | {median[name] * 1e3:.2f} ms | "
@@ -178,17 +205,23 @@ def throughput(args, table, bucket_table, summary: list[str]) -> None:
         summary += ["", "Where the step's time goes (2 processes, eager step, median of 50): "
                     f"forward {anatomy['forward'] * 1e3:.2f} ms, backward until the first "
                     f"gradient is final {anatomy['until_first'] * 1e3:.2f} ms, from there to "
-                    f"the last {anatomy['leaves'] * 1e3:.2f} ms, the all-reduce "
+                    f"the last {anatomy['leaves'] * 1e3:.2f} ms, the average "
                     f"{anatomy['reduce'] * 1e3:.2f} ms, the optimizer step "
                     f"{anatomy['step'] * 1e3:.2f} ms. Backward writes the gradients into the "
                     "parameters last (leaves come last in its order), so a bucket started "
                     f"early can overlap at most {anatomy['leaves'] * 1e3:.2f} ms of backward.",
-                    "", "In the captured step (300 steps), the averaging once both ranks are "
-                    f"there (one Allreduce of 814 KB and the 1/2 scale) takes "
-                    f"{anatomy['average'] * 1e6:.0f} us; before it, the rank that gets there "
-                    f"first waits for the other {anatomy['skew'] * 1e6:.0f} us (median; mean "
-                    f"{anatomy['skew_mean'] * 1e6:.0f} us): two processes never take exactly "
-                    "the same time for the same work, and a collective waits for the slower."]
+                    "", "In the captured step (both ways in turn, 6 blocks of 50 steps each), "
+                    "the average of 814 KB once both ranks are there, and how long the rank "
+                    "that gets there first waits for the other (medians; mean in brackets): "
+                    "two processes never take exactly the same time for the same work, and "
+                    "a collective waits for the slower.", "",
+                    "| averaging | average | wait for the other rank |",
+                    "| --- | ---: | ---: |"]
+        for mode, label in (("shared", "shared memory, in place"),
+                            ("allreduce", "one Allreduce, then the 1/2 scale")):
+            part = anatomy[mode]
+            summary.append(f"| {label} | {part['average'] * 1e6:.0f} us | "
+                           f"{part['skew'] * 1e6:.0f} us ({part['skew_mean'] * 1e6:.0f}) |")
 
 
 def allreduce(args, table, summary: list[str]) -> None:
@@ -225,11 +258,35 @@ def allreduce(args, table, summary: list[str]) -> None:
                 f"{'met' if worst <= 0.05 else 'NOT met'})"]
 
 
+def average(args, table, summary: list[str]) -> None:
+    result = launch(2, "average", "--rounds", str(args.rounds))
+    summary += ["", "## The gradient average alone, 2 processes, float32", "",
+                f"Load average after: {load_text()}", "",
+                "Sum over the 2 ranks, then the scale by 1/2, of a buffer each rank has just "
+                "written (as backward leaves the gradients). The three ways in turn, a "
+                "barrier before each call; the median call of the slower rank. `paired` is "
+                "the median over rounds of Allreduce's time over the shared average's "
+                "(calls made one after the other).", "",
+                "| elements | Allreduce + scale | shared, in place | shared, copied in and out "
+                "| in place, paired | copied, paired |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for n in SIZES:
+        r = result[str(n)]
+        table.add("Allreduce + scale", f"{n:.0e}", r["allreduce"])
+        table.add("shared memory, in place", f"{n:.0e}", r["shared"])
+        table.add("shared memory, copied in and out", f"{n:.0e}", r["staged"])
+        summary.append(f"| {n:.0e} | {r['allreduce'] * 1e6:,.1f} us | {r['shared'] * 1e6:,.1f} "
+                       f"us | {r['staged'] * 1e6:,.1f} us | {r['paired_shared']:.2f}x | "
+                       f"{r['paired_staged']:.2f}x |")
+    summary += ["", "Every call's result was checked: the shared average gives Allreduce's "
+                "bits (a float32 sum of two values does not depend on the order)."]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", nargs=argparse.REMAINDER,
                         help="internal: run a worker (under mpiexec)")
-    parser.add_argument("--only", choices=["throughput", "allreduce"])
+    parser.add_argument("--only", choices=["throughput", "average", "allreduce"])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=100, help="steps per row per round")
     parser.add_argument("--no-torch", action="store_true")
@@ -244,12 +301,17 @@ def main(argv=None) -> int:
     summary = ["# Data parallel over MPI (2 cores, 1 thread per process)", ""]
     if args.only in (None, "throughput"):
         table = Table("ddp_throughput", baseline="minitorch_exp 1 process")
-        buckets = Table("ddp_bucketing", baseline="minitorch_exp 2 processes")
+        buckets = Table("ddp_bucketing", baseline=ALLREDUCE)
         throughput(args, table, buckets, summary)
         for t in (table, buckets):
             if t.rows:
                 t.print()
                 t.write()
+    if args.only in (None, "average"):
+        table = Table("ddp_average", baseline="Allreduce + scale")
+        average(args, table, summary)
+        table.print()
+        table.write()
     if args.only in (None, "allreduce"):
         table = Table("ddp_allreduce", baseline="mpi4py Allreduce")
         allreduce(args, table, summary)
@@ -267,7 +329,7 @@ def main(argv=None) -> int:
 
 def worker(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["train", "allreduce", "anatomy"])
+    parser.add_argument("kind", choices=["train", "allreduce", "average", "anatomy"])
     parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
@@ -279,6 +341,8 @@ def worker(argv: list[str]) -> int:
     dist.init()
     if args.kind == "allreduce":
         result = allreduce_worker(args)
+    elif args.kind == "average":
+        result = average_worker(args)
     elif args.kind == "anatomy":
         result = anatomy_worker()
     else:
@@ -368,8 +432,12 @@ def ours_step(averaging: str, port: int):
     from minitorch_exp import nn
     mt.manual_seed(0)
     model = mnist_mlp.build_model([256])
-    trained = model if averaging == "none" else nn.parallel.DistributedDataParallel(model)
-    opt = nn.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if averaging == "staged":  # made before wrapping: its gradient buffer is its own
+        opt = nn.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    trained = model if averaging == "none" else nn.parallel.DistributedDataParallel(
+        model, shared_memory=averaging in ("ddp", "staged"))
+    if averaging != "staged":
+        opt = nn.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if averaging.startswith("buckets"):
         Buckets(trained, opt, per_tensor=averaging == "buckets_per_tensor")
     train_step = mnist_mlp.make_train_step(trained, opt, captured=True)
@@ -597,34 +665,103 @@ def anatomy_worker() -> dict:
             parts["step"].append(t3 - t2)
     result = {k: statistics.median(v) for k, v in parts.items()}
 
-    # the captured step (as trained): when each rank reaches the averaging, and how long
-    # the average takes once both are there (perf_counter is one clock for the machine)
+    # the captured step (as trained), both ways to average in turn: when each rank
+    # reaches the averaging, and how long it takes once both are there (perf_counter is
+    # one clock for the machine)
+    import minitorch_exp.distributed as dist
     from minitorch_exp.nn import parallel
-    plain_run, stamps = parallel._Plan.run, []
+    plain_run, stamps = parallel._Plan.run, {"shared": [], "allreduce": []}
+    mode = ["shared"]
 
     def run(plan):
         start = time.perf_counter()
         plain_run(plan)
-        stamps.append((start, time.perf_counter()))
+        stamps[mode[0]].append((start, time.perf_counter()))
 
     parallel._Plan.run = run
-    mt.manual_seed(0)
-    model = mnist_mlp.build_model([256])
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = nn.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    step = mnist_mlp.make_train_step(ddp, opt, captured=True)
-    for _ in range(330):
-        loss, correct = step(*next(source))
-        loss.item()
-        correct.item()
+    steps = {}
+    for name in stamps:
+        mt.manual_seed(0)
+        model = mnist_mlp.build_model([256])
+        ddp = nn.parallel.DistributedDataParallel(model, shared_memory=name == "shared")
+        opt = nn.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        steps[name] = mnist_mlp.make_train_step(ddp, opt, captured=True)
+    for block in range(7):  # the first block warms up (and records the captures)
+        for name, step in steps.items():
+            mode[0] = name
+            for _ in range(50):
+                loss, correct = step(*next(source))
+                loss.item()
+                correct.item()
+            if block == 0:
+                stamps[name].clear()
     parallel._Plan.run = plain_run
+    for name, marks in stamps.items():
+        both = dist.comm().allgather(marks)
+        skew = [abs(a[0] - b[0]) for a, b in zip(*both)]
+        average = [max(a[1], b[1]) - max(a[0], b[0]) for a, b in zip(*both)]
+        result[name] = {"skew": statistics.median(skew), "skew_mean": statistics.fmean(skew),
+                        "average": statistics.median(average)}
+    return result
+
+
+def average_calls(n: int) -> dict:
+    """name -> (the average of ``n`` float32 over the ranks, the buffer it averages)."""
     import minitorch_exp.distributed as dist
-    both = dist.comm().allgather(stamps[30:])
-    skew = [abs(a[0] - b[0]) for a, b in zip(*both)]
-    average = [max(a[1], b[1]) - max(a[0], b[0]) for a, b in zip(*both)]
-    result["skew"] = statistics.median(skew)
-    result["skew_mean"] = statistics.fmean(skew)
-    result["average"] = statistics.median(average)
+    comm, mpi = dist.comm(), dist._state.mpi
+    private, staged = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    shared = dist.shared_buffer(n, np.float32)
+    assert shared is not None, "shared memory is not usable here"
+    runs, scale = [(0, n)], np.float32(1.0 / dist.get_world_size())
+
+    def allreduce():
+        comm.Allreduce(mpi.IN_PLACE, private, op=mpi.SUM)
+        np.multiply(private, scale, out=private)
+
+    def in_place():
+        shared.average(runs)
+
+    def copied():
+        shared.segment[:] = staged
+        shared.average(runs)
+        staged[:] = shared.segment
+
+    return {"allreduce": (allreduce, private), "shared": (in_place, shared.segment),
+            "staged": (copied, staged)}
+
+
+def average_worker(args) -> dict:
+    """Each size: the average over the ranks of a buffer each rank has just written, by
+    ``Allreduce`` + scale, by the shared-memory average in place, and copied into the
+    shared buffer and back; the three in turn (rotating the order), a barrier before
+    each call. Checks that all three give the same bits."""
+    import minitorch_exp.distributed as dist
+    comm, rank = dist.comm(), dist.get_rank()
+    result = {}
+    for n in SIZES:
+        calls = average_calls(n)
+        values = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
+        reps = args.rounds * max(20, min(200, int(2e7 // n)))
+        times = {k: [] for k in calls}
+        names = list(calls)
+        for rep in range(reps + 1):  # the first round warms up (compiles the kernel)
+            for name in names[rep % 3:] + names[:rep % 3]:
+                fn, buffer = calls[name]
+                np.copyto(buffer, values)  # as backward leaves it: just written
+                comm.Barrier()
+                start = time.perf_counter()
+                fn()
+                if rep:
+                    times[name].append(time.perf_counter() - start)
+            if rep < 3:
+                first, *others = (buffer.tobytes() for _, buffer in calls.values())
+                assert all(o == first for o in others), "the averages differ"
+        medians = {k: statistics.median(v) for k, v in times.items()}
+        for k in ("shared", "staged"):
+            medians[f"paired_{k}"] = statistics.median(
+                a / b for a, b in zip(times["allreduce"], times[k]))
+        gathered = comm.allgather(medians)
+        result[str(n)] = {k: max(g[k] for g in gathered) for k in medians}
     return result
 
 

@@ -28,7 +28,7 @@ Inside ``mt.capture`` a collective is a recorded host op (``tensor/capture.py``
 When every rank runs on one machine, ``shared_buffer(numel, dtype)`` gives each
 rank a segment of an MPI-3 shared-memory window that all of them can read and
 write; its ``average`` makes ranges of every segment their mean over the ranks
-in one pass, without MPI's copies through its own buffers (two to five times
+in one pass, without MPI's copies through its own buffers (two to six times
 faster than ``Allreduce`` from 8,000 floats up, measured in
 ``benchmarks/bench_ddp.py``). ``nn.parallel.DistributedDataParallel`` keeps
 the gradients there. ``MINITORCH_DIST_SHARED=0`` turns it off.
@@ -585,8 +585,8 @@ def shared_buffer(numel: int, dtype) -> SharedBuffer | None:
 
 def _shm_problem(nbytes: int, path: str = "/dev/shm") -> str | None:
     """Why ``nbytes`` of shared memory may not fit, or None. MPICH maps its windows from
-    files in /dev/shm, and a page beyond a full one kills the process (SIGBUS) instead
-    of failing the allocation: containers often give it 64 MB."""
+    files in /dev/shm; on a full one a process can die of SIGBUS at its first write
+    instead of the allocation failing, and containers often give it 64 MB."""
     try:
         st = os.statvfs(path)
     except OSError:
