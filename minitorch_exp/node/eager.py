@@ -167,7 +167,7 @@ def wrap(arr) -> Tensor:
         layout = _LAYOUTS.get(arr.shape)
         if layout is None:
             layout = _LAYOUTS.keep(arr.shape, contiguous(arr.shape))
-    elif flags.f_contiguous:  # a transposed product (``matmul``) and what is computed from it
+    elif flags.f_contiguous:  # ops on transposed tensors keep their operands' order
         layout = Layout(arr.shape, tuple([s // arr.itemsize for s in arr.strides]))
     else:
         return wrap(np.ascontiguousarray(arr))
@@ -180,11 +180,12 @@ def wrap(arr) -> Tensor:
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b``. A C-ordered ``a`` times a transposed C-ordered ``b`` -- ``x @ W.T``, every
-    linear layer -- is computed as ``(b.T @ a.T).T``: OpenBLAS runs that form up to 1.5x
-    faster (docs/eager.md); the result is then F-ordered."""
+    linear layer -- is computed as ``(b.T @ a.T).T``, which OpenBLAS runs up to 1.5x
+    faster (docs/eager.md), then copied to C order as a product's result is in PyTorch
+    (so ``.view`` works on it)."""
     if (a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous and b.flags.f_contiguous
             and not b.flags.c_contiguous):
-        return blas.matmul(b.T, a.T).T
+        return np.ascontiguousarray(blas.matmul(b.T, a.T).T)
     return blas.matmul(a, b)
 
 

@@ -267,3 +267,13 @@ def test_one_gradient_for_two_leaves_is_not_shared_memory():
     with mt.no_grad():
         a.grad += 1
     np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
+
+
+def test_a_linear_layer_computed_at_once_gives_a_contiguous_result():
+    """As PyTorch's products are: ``.view`` works on it."""
+    layer = nn.Linear(8, 4, generator=np.random.default_rng(0))
+    x = mt.tensor(np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32))
+    y = layer(x)
+    assert not y.is_lazy and y.view(-1).shape == (12,)
+    expected = x.numpy() @ layer.weight.numpy().T + layer.bias.numpy()
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-6)
