@@ -170,7 +170,8 @@ def train_epochs(example, run, first, last):
         sched.step()
 
 
-@pytest.mark.usefixtures("fuse_all")  # a captured step is bitwise the eager one when both run fused kernels
+# a captured step is bitwise the eager one when both run fused kernels
+@pytest.mark.usefixtures("fuse_all")
 @pytest.mark.parametrize("captured", [True, False], ids=["captured", "eager"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_resume_is_bitwise_exact(example, mnist_subset, optimizer, captured, tmp_path):
