@@ -7,11 +7,15 @@ waits a timeslice for its partner to be scheduled, and OpenBLAS's threads spin
 while they wait: a training step of a small MLP ran 4-7x slower with two BLAS
 threads than with one beside three busy processes per core, at every product
 size below about 2^30 multiply-adds (benchmarks/bench_eager.py --load,
-docs/eager.md). So while the machine is busy -- its run queue, this process's
-threads aside, holds as many threads as it has cores (``busy``) -- a product of fewer
-than ``parallel_min()`` multiply-adds runs on one thread; otherwise, and for
-larger products and everything else that calls BLAS, the pool keeps its own
-count (the user's, or the library's default).
+docs/eager.md). So a product of fewer than ``parallel_min()`` multiply-adds runs
+on one thread; larger products, and everything else that calls BLAS, use the
+pool's own count (the user's, or the library's default).
+
+The choice depends on the product's size only, never on how busy the machine
+is: OpenBLAS gives other bits on one thread than on two (the work is split
+differently), so a load-dependent choice would make a run's numbers depend on
+what else the machine was doing -- and a resumed run or a replayed step would
+no longer repeat an uninterrupted one bit for bit.
 
 ``MINITORCH_BLAS_PARALLEL_MIN`` or ``set_parallel_min`` change the bound (0:
 BLAS decides, as before). Without threadpoolctl, which finds the BLAS library's
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 
 import numpy as np
 
@@ -32,13 +35,9 @@ DEFAULT_PARALLEL_MIN = 1 << 28
 #: Below this OpenBLAS itself stays on one thread: no switching needed.
 _BLAS_SERIAL_BELOW = 1 << 18
 
-#: Seconds between two looks at the run queue, and how long one that found the machine
-#: busy counts.
-BUSY_CHECK_EVERY, BUSY_HOLD = 0.2, 2.0
 
 _env = os.environ.get("MINITORCH_BLAS_PARALLEL_MIN", "").strip()
-_state: dict = {"min": int(_env) if _env else DEFAULT_PARALLEL_MIN, "pool": False,
-                "busy_until": -math.inf, "checked": -math.inf}
+_state: dict = {"min": int(_env) if _env else DEFAULT_PARALLEL_MIN, "pool": False}
 
 
 def parallel_min() -> int:
@@ -69,38 +68,14 @@ def _pool():
     return pool
 
 
-def busy(own: int = 1) -> bool:
-    """Whether other threads want the cores: the run queue, less ``own`` threads of this
-    process (the one asking and BLAS's, which may be spinning), held as many as there
-    are cores at a look within the last ``BUSY_HOLD`` seconds (one look alone can catch
-    a busy machine between timeslices). The queue (Linux's ``/proc/loadavg``; elsewhere
-    the 1-minute load average) is read every ``BUSY_CHECK_EVERY`` seconds at most."""
-    now = time.monotonic()
-    if now - _state["checked"] >= BUSY_CHECK_EVERY:
-        _state["checked"] = now
-        if runnable() - own >= (os.cpu_count() or 1):
-            _state["busy_until"] = now + BUSY_HOLD
-    return now < _state["busy_until"]
-
-
-def runnable() -> int:
-    """Threads running or ready to run on the machine now (this one included)."""
-    try:
-        with open("/proc/loadavg") as f:
-            return int(f.read().split()[3].partition("/")[0])
-    except (OSError, ValueError, IndexError):
-        return round(os.getloadavg()[0]) + 1
-
-
 def matmul(a, b, out=None):
-    """``np.matmul(a, b, out=out)``, on one BLAS thread below ``parallel_min()`` while the
-    machine is ``busy()``."""
+    """``np.matmul(a, b, out=out)``, on one BLAS thread below ``parallel_min()``."""
     work = _work(a, b)
     if work < _BLAS_SERIAL_BELOW or work >= _state["min"]:
         return np.matmul(a, b, out=out)
     pool = _pool()
     threads = pool.get_num_threads() if pool is not None else 1
-    if threads == 1 or not busy(threads):
+    if threads == 1:
         return np.matmul(a, b, out=out)
     pool.set_num_threads(1)
     try:
