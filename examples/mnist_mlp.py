@@ -44,21 +44,33 @@ MEAN, STD = 0.1307, 0.3081  # pixel statistics of the MNIST training set
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    def model_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--hidden", type=int, nargs="+", default=[256],
+                            help="hidden layer widths, e.g. --hidden 512 256")
+
+    return argument_parser(__doc__.splitlines()[0], model_arguments, epochs=10, lr=0.1,
+                           optimizer="sgd", out="runs/mnist_mlp").parse_args(argv)
+
+
+def argument_parser(description: str, model_arguments, *, epochs: int, lr: float,
+                    optimizer: str, out: str) -> argparse.ArgumentParser:
+    """The options of the MNIST examples, with the model's own (``model_arguments(parser)``)
+    after the optimizer's and the given defaults (shared with ``mnist_cnn.py``)."""
+    parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=10, help="passes over the training set")
+    parser.add_argument("--epochs", type=int, default=epochs,
+                        help="passes over the training set")
     parser.add_argument("--batch-size", type=int, default=128, help="examples per step")
-    parser.add_argument("--lr", type=float, default=0.1, help="initial learning rate")
-    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+    parser.add_argument("--lr", type=float, default=lr, help="initial learning rate")
+    parser.add_argument("--optimizer", choices=["sgd", "adam"], default=optimizer,
                         help="sgd (with momentum 0.9) or adam")
-    parser.add_argument("--hidden", type=int, nargs="+", default=[256],
-                        help="hidden layer widths, e.g. --hidden 512 256")
+    model_arguments(parser)
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda' (needs CuPy)")
     parser.add_argument("--seed", type=int, default=0, help="seed for init and shuffling")
     parser.add_argument("--data-dir", default=None,
                         help="folder with MNIST-format IDX files; None searches "
                              "$MINITORCH_DATA, then the repo's data/mnist")
-    parser.add_argument("--out", default="runs/mnist_mlp",
+    parser.add_argument("--out", default=out,
                         help="folder for the checkpoint and the figures")
     parser.add_argument("--resume", default=None,
                         help="checkpoint to continue from (same flags, or more --epochs)")
@@ -68,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--distributed", action="store_true",
                         help="data parallel over MPI, one process per rank (implied when "
                              "started by mpiexec); --batch-size is the global batch")
-    return parser.parse_args(argv)
+    return parser
 
 
 class Cluster:
@@ -301,10 +313,11 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def resume_command(args: argparse.Namespace, checkpoint: Path, processes: int = 1) -> str:
+def resume_command(args: argparse.Namespace, checkpoint: Path, processes: int = 1,
+                   parse=None) -> str:
     """The command line that continues this run from ``checkpoint`` (``processes`` > 1:
-    under ``mpiexec -n processes``)."""
-    defaults = vars(parse_args([]))
+    under ``mpiexec -n processes``); ``parse``: the script's parse_args (this one's)."""
+    defaults = vars((parse or parse_args)([]))
     words = ["python", sys.argv[0]]
     if processes > 1:
         words = ["mpiexec", "-n", str(processes), *words]
@@ -322,14 +335,22 @@ def resume_command(args: argparse.Namespace, checkpoint: Path, processes: int = 
 
 
 class Run:
-    """The training state a checkpoint holds, and where it is written."""
+    """The training state a checkpoint holds, and where it is written.
+
+    ``mnist_cnn.py`` subclasses it: ``build_model``, ``describe``, ``parse_args`` (for the
+    resume command), ``eval_batch`` and ``timed`` (the epoch line ends with its seconds).
+    """
+
+    eval_batch = 2000
+    timed = False
+    parse_args = staticmethod(parse_args)
 
     def __init__(self, args: argparse.Namespace, train_x: np.ndarray, train_y: np.ndarray,
                  cluster: Cluster | None = None):
         mt.manual_seed(args.seed)
         self.args = args
         self.cluster = cluster = cluster or Cluster(False)
-        self.model = build_model(args.hidden).to(args.device)
+        self.model = self.build_model().to(args.device)
         # what a training step calls: the model, or the model whose gradients are averaged
         # over the ranks in backward (its parameters are the model's: rank 0's at start)
         self.trained = self.model
@@ -357,6 +378,17 @@ class Run:
         self.progress: dict | None = None  # of the next epoch, when stopped inside it
         self.out = Path(args.out)  # created only when something is written into it
         self.checkpoint = self.out / "checkpoint.npz"
+
+    def build_model(self) -> nn.Module:
+        return build_model(self.args.hidden)
+
+    def describe(self) -> str:
+        args = self.args
+        processes = f", {self.cluster.size} processes" if self.cluster.distributed else ""
+        return (f"model: {' -> '.join(str(n) for n in [784, *args.hidden, 10])}, "
+                f"{sum(p.numel() for p in self.model.parameters()):,} parameters, "
+                f"{args.optimizer} lr={args.lr}, batch {args.batch_size}, device "
+                f"{args.device}{processes}")
 
     def resume(self, path: str) -> None:
         local = self.cluster.read(path)  # every rank restores rank 0's checkpoint
@@ -395,17 +427,20 @@ def train_epochs(run: Run, train_step, test_x, test_y, stop: StopRequest):
     predictions = None
     cluster = run.cluster
     while run.epoch < run.args.epochs:
+        started = time.perf_counter()
         train_loss, train_acc, speed = train_epoch(train_step, run.loader, run.epoch,
                                                    run.args.epochs, run.progress,
                                                    cluster.stopper(stop), cluster)
+        seconds = time.perf_counter() - started
         run.progress = None
         run.scheduler.step()
-        test_loss, test_acc, predictions = evaluate(run.model, test_x, test_y, run.args.device)
+        test_loss, test_acc, predictions = evaluate(run.model, test_x, test_y, run.args.device,
+                                                    run.eval_batch)
         for key, value in zip(run.history, (train_loss, train_acc, test_loss, test_acc)):
             run.history[key].append(value)
         cluster.print(f"epoch {run.epoch + 1}: train loss {train_loss:.4f} acc "
                       f"{train_acc:.2%} | test loss {test_loss:.4f} acc {test_acc:.2%} | "
-                      f"{speed:,.0f} samples/s")
+                      f"{speed:,.0f} samples/s" + (f", {seconds:.1f} s" if run.timed else ""))
         run.epoch += 1
         run.save()
     if cluster.sum([float(stop.requested)])[0]:  # Ctrl-C while the last epoch ended
@@ -413,45 +448,51 @@ def train_epochs(run: Run, train_step, test_x, test_y, stop: StopRequest):
     return predictions
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, parse=parse_args, **training) -> int:
+    """``parse`` (the script's parse_args) and ``training`` (``train``'s keywords):
+    this script's by default, ``mnist_cnn.py``'s from there."""
+    args = parse(argv)
     try:
-        return train(args)
+        return train(args, **training)
     except KeyboardInterrupt:  # before training, or a second Ctrl-C mid-step
         print("\ninterrupted; no checkpoint written now", file=sys.stderr)
         return 130
 
 
-def train(args: argparse.Namespace) -> int:
+def interrupted(run: Run, stopped: Interrupted) -> int:
+    """Save the state at the stop and say how to continue."""
+    cluster = run.cluster
+    progress = global_progress(stopped.progress, cluster) if cluster.distributed \
+        else stopped.progress
+    run.progress = progress if progress["batches"] else None
+    run.save()
+    if cluster.main:
+        print(f"\ninterrupted {run.position()}; saved {run.checkpoint}; continue with: "
+              f"{resume_command(run.args, run.checkpoint, cluster.size, run.parse_args)}",
+              file=sys.stderr)
+    return 130
+
+
+def train(args: argparse.Namespace, run_type: type[Run] = Run, prepare=prepare) -> int:
+    """Train (or resume) a ``run_type`` run on MNIST as ``prepare`` turns its images
+    into inputs; ``mnist_cnn.py`` passes its own."""
     cluster = Cluster(args.distributed or launched_by_mpi())
     data = load_mnist(args.data_dir)
     train_x, test_x = prepare(data.train_images), prepare(data.test_images)
     train_y, test_y = data.train_labels.astype(np.int64), data.test_labels.astype(np.int64)
-    run = Run(args, train_x, train_y, cluster)
+    run = run_type(args, train_x, train_y, cluster)
     if args.resume:
         run.resume(args.resume)
     first_epoch, started = run.epoch, time.perf_counter()
     train_step = make_train_step(run.trained, run.optimizer, captured=not args.no_capture)
     with StopRequest() as stop:
-        processes = f", {cluster.size} processes" if cluster.distributed else ""
-        cluster.print(f"model: {' -> '.join(str(n) for n in [784, *args.hidden, 10])}, "
-                      f"{sum(p.numel() for p in run.model.parameters()):,} parameters, "
-                      f"{args.optimizer} lr={args.lr}, batch {args.batch_size}, device "
-                      f"{args.device}{processes}")
+        cluster.print(run.describe())
         try:
             predictions = train_epochs(run, train_step, test_x, test_y, stop)
         except Interrupted as stopped:
-            progress = global_progress(stopped.progress, cluster) if cluster.distributed \
-                else stopped.progress
-            run.progress = progress if progress["batches"] else None
-            run.save()
-            if cluster.main:
-                print(f"\ninterrupted {run.position()}; saved {run.checkpoint}; continue "
-                      f"with: {resume_command(args, run.checkpoint, cluster.size)}",
-                      file=sys.stderr)
-            return 130
+            return interrupted(run, stopped)
     if predictions is None:
-        _, _, predictions = evaluate(run.model, test_x, test_y, args.device)
+        _, _, predictions = evaluate(run.model, test_x, test_y, args.device, run.eval_batch)
     if cluster.distributed and not run.trained.parameters_in_sync():
         print(f"warning: rank {cluster.rank}'s weights are out of sync with the other ranks'",
               file=sys.stderr)

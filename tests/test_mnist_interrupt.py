@@ -3,7 +3,6 @@ shows defaults; no empty output folder is left behind."""
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import os
 import shlex
@@ -19,7 +18,8 @@ import pytest
 
 import minitorch_exp as mt
 from minitorch_exp import nn
-from minitorch_exp.nn.idx import MNIST_FILES
+
+from ._mnist import write_tiny_mnist
 
 pytest.importorskip("tqdm")
 
@@ -37,23 +37,10 @@ def example():
     return module
 
 
-def write_idx(path: Path, array: np.ndarray) -> None:
-    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
-    path.write_bytes(gzip.compress(header + array.tobytes()))
-
-
 @pytest.fixture(scope="module")
 def tiny_mnist(tmp_path_factory) -> Path:
     """512 training and 64 test images of noise, in the MNIST layout."""
-    root = tmp_path_factory.mktemp("tiny_mnist")
-    rng = np.random.default_rng(0)
-    sizes = {"train": 512, "test": 64}
-    for key, stem in MNIST_FILES.items():
-        split, kind = key.split("_")
-        shape = (sizes[split], 28, 28) if kind == "images" else (sizes[split],)
-        write_idx(root / (stem + ".gz"), rng.integers(0, 256 if kind == "images" else 10, shape,
-                                                      dtype=np.uint8))
-    return root
+    return write_tiny_mnist(tmp_path_factory.mktemp("tiny_mnist"), 512, 64)
 
 
 def tiny_args(data: Path, out: Path, epochs: int) -> list[str]:
