@@ -32,6 +32,8 @@ from .grad_mode import is_grad_enabled
 #: (bounds kernel size and recursion depth; see tests/node/test_fusion.py).
 MAX_FUSED_OPS = 32
 
+_backward_pass = None  # node/backward.py's backward, once Node.backward first runs
+
 
 class Node:
     """A differentiable tensor, PyTorch-shaped: ``shape``, ``grad``, ``backward()``..."""
@@ -236,8 +238,10 @@ class Node:
         return self._inplace("=", 0)
 
     def backward(self, grad=None, retain_graph: bool = False) -> None:
-        from .backward import backward
-        backward(self, grad, retain_graph)
+        global _backward_pass  # node/backward.py imports this module: bound on first use
+        if _backward_pass is None:
+            from .backward import backward as _backward_pass
+        _backward_pass(self, grad, retain_graph)
 
     def explain(self, parts=None, backward: bool = False, **options) -> str:
         """The graph around this Node, which lazy nodes fuse, and its expression;
