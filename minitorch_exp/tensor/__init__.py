@@ -33,6 +33,10 @@ from .ops import register_op, unregister_op
 from .storage import Storage
 from .tensor import Tensor, from_array, from_numpy, tensor
 
+# isort: split
+# Last, once the core exists; it hands Exp.explain and the debug printers over.
+from . import explain as _explain  # noqa: E402, F401
+
 #: ``exp``, ``abs``, ``maximum``, ``where``, ``sum``, ``amax``...: one function per row of
 #: the op registry (tensor/ops.py), made in expr.py.
 globals().update(_OP_FUNCTIONS)

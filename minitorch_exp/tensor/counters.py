@@ -20,6 +20,16 @@ _COUNTS: dict[tuple[str, str], int] = {}
 DEBUG = int(os.environ.get("MINITORCH_DEBUG", "0") or 0)
 
 
+#: How a kernel runs while DEBUG is on: run it and print it. explain.py hands them over
+#: when it is imported (with the package); the engine calls them without importing it.
+debug_run = debug_group = None
+
+
+def use_debug_printers(run, group) -> None:
+    global debug_run, debug_group
+    debug_run, debug_group = run, group
+
+
 def count(device: str, kind: str) -> None:
     key = (device, kind)
     _COUNTS[key] = _COUNTS.get(key, 0) + 1  # a dict, not a Counter: half the cost per kernel

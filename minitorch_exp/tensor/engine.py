@@ -98,8 +98,7 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         e = resolve_boundaries(e)
     dst.storage.before_write()
     if counters.DEBUG:  # MINITORCH_DEBUG: print each kernel as it runs (explain.py)
-        from .explain import debug_run
-        debug_run(_dispatch, dst, e, saver)
+        counters.debug_run(_dispatch, dst, e, saver)
     else:
         _dispatch(dst, e, saver, planned, prepare)
 
@@ -211,9 +210,8 @@ def _run_group(items) -> bool:
         return False
     operands = [*dsts, *leaves]
     if counters.DEBUG:  # the kernel that runs without debug, printed (explain.debug_group)
-        from .explain import debug_group
         calls = []
-        debug_group(lambda: calls.append(launch.run(operands, scalars)), items)
+        counters.debug_group(lambda: calls.append(launch.run(operands, scalars)), items)
         call = calls[0]
     else:
         call = launch.run(operands, scalars)

@@ -44,7 +44,19 @@ from . import counters
 from . import layout as L
 from .backends import cpu_backend, device_backend
 from .device import as_device
-from .expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, as_exp, describe
+from .expr import (
+    RVALUE,
+    Cast,
+    Dot,
+    Exp,
+    Map,
+    Reduce,
+    Scalar,
+    ViewExp,
+    as_exp,
+    describe,
+    use_explainer,
+)
 from .kernels import (
     body_leaves,
     compiled_source,
@@ -634,3 +646,8 @@ def debug_text(level: int, number: int, dst, e: Exp, saver: str, seconds: float,
         code[0] = code[0].replace(f"Code of {k.name}", "Code", 1)
         lines += ["    " + x for x in code]
     return "\n".join(lines)
+
+
+# The lowering core calls these without importing this module (tensor/__init__.py does).
+use_explainer(explain)
+counters.use_debug_printers(debug_run, debug_group)

@@ -49,6 +49,13 @@ def new_epoch() -> None:
 on_invalidate(new_epoch)  # a change of evaluator or op also ends prepared assignments
 
 
+def use_explainer(explain) -> None:
+    """explain.py hands over its ``explain`` when it is imported (with the package), so
+    ``Exp.explain`` needs no import of it: the lowering core never imports explain."""
+    global _explainer
+    _explainer = explain
+
+
 def set_realized(e, tensor) -> None:
     """Remember ``tensor`` as the value of the node ``e``."""
     e.realized = tensor
@@ -224,8 +231,7 @@ class Exp:
 
     def explain(self) -> str:
         """A readable account of the tree, its fusion, the Plan and the generated code."""
-        from .explain import explain
-        return explain(self)
+        return _explainer(self)
 
     def __repr__(self) -> str:
         values = np.array2string(self.numpy(), separator=", ", prefix="         ")
