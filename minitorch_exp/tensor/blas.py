@@ -1,39 +1,50 @@
-"""Matrix products through BLAS, with its threads only where they pay.
+"""Matrix products through BLAS, shared between threads by row blocks.
 
-A multi-threaded BLAS call splits the product between its threads and waits for
-the last of them. On an idle machine that pays from a few million
-multiply-adds; on a busy one (other processes wanting the cores) a thread
-waits a timeslice for its partner to be scheduled, and OpenBLAS's threads spin
-while they wait: a training step of a small MLP ran 4-7x slower with two BLAS
-threads than with one beside three busy processes per core, at every product
-size below about 2^30 multiply-adds (benchmarks/bench_eager.py --load,
-docs/eager.md). So a product of fewer than ``parallel_min()`` multiply-adds runs
-on one thread; larger products, and everything else that calls BLAS, use the
-pool's own count (the user's, or the library's default).
+OpenBLAS's own threads split a product and wait for the last of them. On a busy
+machine (other processes wanting the cores) a thread waits a timeslice for its
+partner to be scheduled, spinning meanwhile: products of an MLP's sizes ran 2-9x
+slower on two OpenBLAS threads than on one beside three busy processes per core
+(docs/eager.md). And OpenBLAS splits differently on one thread than on two, so
+its sums come out in other bits: a choice of threads that followed the machine's
+load would make a run's numbers depend on what else the machine was doing.
 
-The choice depends on the product's size only, never on how busy the machine
-is: OpenBLAS gives other bits on one thread than on two (the work is split
-differently), so a load-dependent choice would make a run's numbers depend on
-what else the machine was doing -- and a resumed run or a replayed step would
-no longer repeat an uninterrupted one bit for bit.
+So BLAS itself runs on one thread here, and a product of at least
+``parallel_min()`` multiply-adds is cut into row blocks -- one per thread of the
+BLAS pool's count, each a multiple of ``ROW_ALIGN`` rows -- that the calling
+thread and helper threads take from a shared counter (``Team``):
 
-``MINITORCH_BLAS_PARALLEL_MIN`` or ``set_parallel_min`` change the bound (0:
-BLAS decides, as before). Without threadpoolctl, which finds the BLAS library's
-thread setter, products run as BLAS decides.
+- the cut depends on the shapes and the thread count only, and each block is the
+  same one-thread BLAS call whichever thread runs it: load changes who does the
+  work, never the bits. (The thread count can change the last bits of some
+  products, as OpenBLAS's own threads do: a block of few rows or columns may take
+  another of its kernels than the uncut product.)
+- the caller never waits for a block nobody has started: when the helpers are
+  not scheduled, it runs every block itself, at one thread's speed.
+
+The pool's count is the user's (``mt.set_num_threads``, ``OPENBLAS_NUM_THREADS``,
+threadpoolctl) and comes back after each product. ``MINITORCH_BLAS_PARALLEL_MIN``
+or ``set_parallel_min`` move the bound (0: OpenBLAS decides everything, as plain
+NumPy). Without threadpoolctl, which finds the BLAS library's thread setter,
+products run as BLAS decides.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 
 import numpy as np
 
-#: Multiply-adds from which a product may use the BLAS pool's threads (2^28: ~50 ms on
-#: one core, long enough for a timeslice's wait not to matter).
-DEFAULT_PARALLEL_MIN = 1 << 28
+#: Multiply-adds from which a product is shared between threads: a (128, 784) @
+#: (784, 256) product (2^24.6) gains ~1.2x on two idle cores, a batch-32 one
+#: (2^22.6) loses to the hand-over (benchmarks/results/blas_blocks.md).
+DEFAULT_PARALLEL_MIN = 1 << 24
 #: Below this OpenBLAS itself stays on one thread: no switching needed.
 _BLAS_SERIAL_BELOW = 1 << 18
+#: Row blocks start at multiples of this, OpenBLAS's widest row kernel (16 float32
+#: rows on Haswell): no block starts inside one of its tiles.
+ROW_ALIGN = 16
 
 
 _env = os.environ.get("MINITORCH_BLAS_PARALLEL_MIN", "").strip()
@@ -41,13 +52,13 @@ _state: dict = {"min": int(_env) if _env else DEFAULT_PARALLEL_MIN, "pool": Fals
 
 
 def parallel_min() -> int:
-    """Multiply-adds from which a matrix product may run on several BLAS threads."""
+    """Multiply-adds from which a matrix product is shared between threads."""
     return _state["min"]
 
 
 def set_parallel_min(work: int | None) -> None:
-    """Let products of at least ``work`` multiply-adds use BLAS's threads (0: every
-    product, as BLAS decides; None: the default)."""
+    """Share products of at least ``work`` multiply-adds between threads (0: let
+    OpenBLAS decide every product; None: the default)."""
     if work is not None and (not isinstance(work, int) or work < 0):
         raise ValueError(f"set_parallel_min: a number of multiply-adds >= 0, got {work!r}")
     _state["min"] = DEFAULT_PARALLEL_MIN if work is None else work
@@ -69,19 +80,53 @@ def _pool():
 
 
 def matmul(a, b, out=None):
-    """``np.matmul(a, b, out=out)``, on one BLAS thread below ``parallel_min()``."""
+    """``np.matmul(a, b, out=out)``: on one BLAS thread, in row blocks shared between
+    the pool's count of threads from ``parallel_min()`` multiply-adds on."""
     work = _work(a, b)
-    if work < _BLAS_SERIAL_BELOW or work >= _state["min"]:
+    if work < _BLAS_SERIAL_BELOW or _state["min"] == 0:
         return np.matmul(a, b, out=out)
     pool = _pool()
     threads = pool.get_num_threads() if pool is not None else 1
     if threads == 1:
         return np.matmul(a, b, out=out)
+    bounds = row_blocks(a.shape[0], threads) if work >= _state["min"] else None
+    if bounds is not None and _blockable(a, b, out):
+        out = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b)) if out is None else out
+        blocks = [(a[lo:hi], b, out[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
+    else:
+        blocks = None
     pool.set_num_threads(1)
     try:
-        return np.matmul(a, b, out=out)
+        if blocks is None:
+            return np.matmul(a, b, out=out)
+        _team().run(blocks, threads - 1)
+        return out
     finally:
         pool.set_num_threads(threads)
+
+
+def row_blocks(rows: int, threads: int) -> tuple[int, ...] | None:
+    """Where ``threads`` row blocks of a ``rows``-row product start and end: as even
+    as ``ROW_ALIGN`` allows, every block but the last a multiple of it; None when
+    there are too few rows for two blocks. Depends on its arguments only."""
+    count = min(threads, rows // ROW_ALIGN)
+    if count < 2:
+        return None
+    step = -(-rows // count // ROW_ALIGN) * ROW_ALIGN  # ceil(rows / count), aligned up
+    starts = range(0, rows, step)
+    return (*starts, rows)
+
+
+def _blockable(a, b, out) -> bool:
+    """A plain 2-D product whose ``out`` (if any) has the result's shape and dtype
+    and shares no memory with an operand: writing one block cannot change what
+    another reads."""
+    if a.ndim != 2 or b.ndim != 2:
+        return False
+    if out is None:
+        return True
+    return (out.shape == (a.shape[0], b.shape[1]) and out.dtype == np.result_type(a, b)
+            and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
 
 
 def _work(a, b) -> int:
@@ -92,3 +137,84 @@ def _work(a, b) -> int:
     cols = b.shape[-1] if b.ndim > 1 else 1
     batch = max(math.prod(a.shape[:-2]), math.prod(b.shape[:-2]))
     return batch * rows * a.shape[-1] * cols
+
+
+class Job:
+    """Blocks ``(a, b, out)`` that threads take one at a time; ``wait`` returns when
+    every block taken has been written, and raises what one of them raised."""
+
+    def __init__(self, blocks):
+        self.blocks, self.taken, self.written = blocks, 0, 0
+        self.error: BaseException | None = None
+        self.lock, self.finished = threading.Lock(), threading.Event()
+
+    def work(self) -> None:
+        """Take and compute blocks until none is left (np.matmul lets go of the GIL)."""
+        while True:
+            with self.lock:
+                i = self.taken
+                if i == len(self.blocks):
+                    return
+                self.taken = i + 1
+            a, b, out = self.blocks[i]
+            try:
+                np.matmul(a, b, out=out)
+            except BaseException as e:  # handed to the caller in wait()
+                self.error = e
+            with self.lock:
+                self.written += 1
+                if self.written == len(self.blocks):
+                    self.finished.set()
+
+    def wait(self) -> None:
+        self.finished.wait()
+        if self.error is not None:
+            raise self.error
+
+
+class Team:
+    """The caller plus helper threads, started as a product first needs them, that
+    sleep until a job is posted and then take its blocks. The caller works through
+    its own job too, so a job finishes even when no helper ever wakes."""
+
+    def __init__(self):
+        self.wake = threading.Condition()
+        self.job: Job | None = None
+        self.posted = 0  # jobs posted so far: a helper works on each new one once
+        self.helpers = 0
+
+    def run(self, blocks, helpers: int) -> None:
+        """Compute ``blocks`` with up to ``helpers`` helper threads besides the caller."""
+        job = Job(blocks)
+        with self.wake:
+            while self.helpers < helpers:
+                threading.Thread(target=self._help, name=f"minitorch-blas-{self.helpers}",
+                                 daemon=True).start()
+                self.helpers += 1
+            self.job, self.posted = job, self.posted + 1
+            self.wake.notify(helpers)
+        job.work()
+        job.wait()
+
+    def _help(self) -> None:
+        seen = self.posted
+        while True:
+            with self.wake:
+                while self.posted == seen:
+                    self.wake.wait()
+                seen, job = self.posted, self.job
+            job.work()
+
+
+_teams: dict[str, Team] = {}
+
+
+def _team() -> Team:
+    team = _teams.get("team")
+    if team is None:
+        team = _teams["team"] = Team()
+    return team
+
+
+# A forked child has none of the parent's helper threads: it starts its own.
+os.register_at_fork(after_in_child=_teams.clear)

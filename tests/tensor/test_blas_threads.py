@@ -1,16 +1,20 @@
-"""Matrix products use BLAS's threads only where they pay (tensor/blas.py).
+"""Matrix products run on one BLAS thread, large ones in row blocks shared between
+threads (tensor/blas.py).
 
-On a busy machine a multi-threaded product of a few million multiply-adds ran 4-7x
-slower than on one thread, so below ``parallel_min()`` a product runs on one thread
-and the pool gets its own count back after. The choice depends on the size only:
-OpenBLAS's bits differ between one thread and two, and a run's numbers must not
-depend on the machine's load.
+On a busy machine OpenBLAS's own threads made an MLP's products 2-9x slower than
+one thread, and its bits differ between one thread and two; blocks cut by shape and
+thread count alone, taken by whichever thread is free, keep the bits and never wait
+for a thread that is not scheduled.
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from minitorch_exp.tensor import blas
 
@@ -67,10 +71,20 @@ def test_the_choice_does_not_depend_on_the_machine_s_load(pool):
     assert pool.history == [1, 4] * 3
 
 
-def test_small_and_large_products_leave_the_pool_alone(pool):
+def test_small_products_leave_the_pool_alone(pool):
     blas.matmul(np.ones((4, 4)), np.ones((4, 4)))  # BLAS stays serial on its own
-    blas.matmul(np.ones((256, 256)), np.ones((256, 256)))  # 2^24: may use the threads
     assert pool.history == []
+
+
+def test_a_large_product_runs_in_blocks_on_one_blas_thread(pool, monkeypatch):
+    """2^24 multiply-adds, 4 threads: four 64-row blocks, each a one-thread BLAS call."""
+    calls = []
+    team = RecordingTeam(calls)
+    monkeypatch.setitem(blas._teams, "team", team)
+    a, b = np.ones((256, 256)), np.ones((256, 256))
+    np.testing.assert_array_equal(blas.matmul(a, b), np.full((256, 256), 256.0))
+    assert pool.history == [1, 4]
+    assert [blk[0].shape[0] for blk in calls] == [64, 64, 64, 64] and team.helpers_asked == 3
 
 
 def test_the_pool_comes_back_when_the_product_fails(pool):
@@ -100,3 +114,100 @@ def test_the_real_pool_is_found_and_restored():
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
         blas.matmul(np.ones((64, 128), np.float32), np.ones((128, 64), np.float32))
         assert found.get_num_threads() == 2
+
+
+class RecordingTeam(blas.Team):
+    """A Team that records the blocks it was given."""
+
+    def __init__(self, calls):
+        super().__init__()
+        self.calls, self.helpers_asked = calls, None
+
+    def run(self, blocks, helpers):
+        self.calls.extend(blocks)
+        self.helpers_asked = helpers
+        super().run(blocks, helpers)
+
+
+@given(st.integers(0, 5000), st.integers(1, 64))
+def test_row_blocks_cover_the_rows_at_aligned_starts(rows, threads):
+    bounds = blas.row_blocks(rows, threads)
+    if bounds is None:
+        assert min(threads, rows // blas.ROW_ALIGN) < 2
+        return
+    assert bounds[0] == 0 and bounds[-1] == rows
+    assert 2 <= len(bounds) - 1 <= threads
+    assert all(lo < hi for lo, hi in zip(bounds, bounds[1:]))
+    assert all(lo % blas.ROW_ALIGN == 0 for lo in bounds[:-1])
+
+
+MLP_PRODUCTS = [((128, 784), (784, 256)), ((256, 784), (784, 128)), ((784, 128), (128, 256)),
+                ((512, 784), (784, 512)), ((512, 256), (256, 10)), ((100, 300), (300, 70))]
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("sa", "sb"), MLP_PRODUCTS)
+def test_shared_blocks_give_the_bits_of_one_thread_running_them(sa, sb, dtype, threads):
+    """Whichever thread takes a block, the product has the bits of one BLAS thread
+    running the same blocks in turn -- also for transposed operands and into ``out``
+    -- so how busy the machine is never changes a run's numbers."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if blas._pool() is None:
+        pytest.skip("no single BLAS library found by threadpoolctl")
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
+    at, bt = np.asfortranarray(a), np.asfortranarray(b)  # transposed storage: other kernels
+    bounds = blas.row_blocks(sa[0], threads)
+    saved = blas.parallel_min()
+    blas.set_parallel_min(1 << 18)  # every product here is shared
+    try:
+        with threadpoolctl.threadpool_limits(1, user_api="blas"):
+            want, want_t = ([x[lo:hi] @ y for lo, hi in zip(bounds, bounds[1:])]
+                            for x, y in ((a, b), (at, bt)))
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            out = np.empty((sa[0], sb[1]), dtype)
+            assert blas.matmul(a, b, out=out) is out
+            for got in (out, *(blas.matmul(a, b) for _ in range(5))):
+                np.testing.assert_array_equal(got, np.concatenate(want))
+            np.testing.assert_array_equal(blas.matmul(at, bt), np.concatenate(want_t))
+    finally:
+        blas.set_parallel_min(saved)
+
+
+def test_the_caller_finishes_alone_when_no_helper_runs(pool, monkeypatch):
+    """A busy machine may not schedule a helper at all: the caller takes every block."""
+    team = blas.Team()
+    team.helpers = 8  # it believes they exist, but none was started
+    monkeypatch.setitem(blas._teams, "team", team)
+    a, b = np.arange(256.0 * 64).reshape(256, 64), np.ones((64, 1024))
+    np.testing.assert_array_equal(blas.matmul(a, b), np.matmul(a, b))
+    assert pool.history == [1, 4]
+
+
+def test_an_error_in_a_block_reaches_the_caller():
+    job = blas.Job([(np.ones((4, 3)), np.ones((3, 2)), np.empty((4, 5)))])
+    job.work()
+    with pytest.raises(ValueError):
+        job.wait()
+
+
+def test_a_product_into_its_own_operand_is_not_cut(pool):
+    """Rows written by one block would be read by another: computed whole, as NumPy."""
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((512, 512)), rng.standard_normal((512, 512))
+    want = np.matmul(a.copy(), b)
+    blas.matmul(a, b, out=a)
+    np.testing.assert_allclose(a, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_its_own_helpers(pool):
+    a, b = np.ones((256, 64)), np.ones((64, 1024))
+    blas.matmul(a, b)  # the parent's helpers exist now
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if the product is right
+        ok = not blas._teams and np.array_equal(blas.matmul(a, b), np.full((256, 1024), 64.0))
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
