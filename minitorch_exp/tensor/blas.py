@@ -2,7 +2,7 @@
 
 OpenBLAS's own threads split a product and wait for the last of them. On a busy
 machine (other processes wanting the cores) a thread waits a timeslice for its
-partner to be scheduled, spinning meanwhile: products of an MLP's sizes ran 2-9x
+partner to be scheduled, spinning meanwhile: products of an MLP's sizes ran up to 8x
 slower on two OpenBLAS threads than on one beside three busy processes per core
 (docs/eager.md). And OpenBLAS splits differently on one thread than on two, so
 its sums come out in other bits: a choice of threads that followed the machine's
@@ -38,7 +38,7 @@ import numpy as np
 
 #: Multiply-adds from which a product is shared between threads: a (128, 784) @
 #: (784, 256) product (2^24.6) gains ~1.2x on two idle cores, a batch-32 one
-#: (2^22.6) loses to the hand-over (benchmarks/results/blas_blocks.md).
+#: (2^22.6) would not gain (benchmarks/bench_blas.py, docs/eager.md).
 DEFAULT_PARALLEL_MIN = 1 << 24
 #: Below this OpenBLAS itself stays on one thread: no switching needed.
 _BLAS_SERIAL_BELOW = 1 << 18
