@@ -10,8 +10,9 @@ load would make a run's numbers depend on what else the machine was doing.
 
 So BLAS itself runs on one thread here, and a product of at least
 ``parallel_min()`` multiply-adds is cut into row blocks -- one per thread of the
-BLAS pool's count, each a multiple of ``ROW_ALIGN`` rows -- that the calling
-thread and helper threads take from a shared counter (``Team``):
+BLAS pool's count, each a multiple of ``ROW_ALIGN`` rows (or columns, when the
+result is wider than tall) -- that the calling thread and helper threads take from
+a shared counter (``Team``):
 
 - the cut depends on the shapes and the thread count only, and each block is the
   same one-thread BLAS call whichever thread runs it: load changes who does the
@@ -36,10 +37,11 @@ import threading
 
 import numpy as np
 
-#: Multiply-adds from which a product is shared between threads: a (128, 784) @
-#: (784, 256) product (2^24.6) gains ~1.2x on two idle cores, a batch-32 one
-#: (2^22.6) would not gain (benchmarks/bench_blas.py, docs/eager.md).
-DEFAULT_PARALLEL_MIN = 1 << 24
+#: Multiply-adds from which a product is shared between threads (about 25 million):
+#: on two idle cores a (128, 784) @ (784, 256) product (25.7M) takes 0.74-0.90x one
+#: thread's time in blocks, a (128, 512) @ (512, 256) one (16.8M) gains nothing
+#: (benchmarks/bench_blas.py, docs/eager.md).
+DEFAULT_PARALLEL_MIN = 24 << 20
 #: Below this OpenBLAS itself stays on one thread: no switching needed.
 _BLAS_SERIAL_BELOW = 1 << 18
 #: Row blocks start at multiples of this, OpenBLAS's widest row kernel (16 float32
@@ -89,16 +91,12 @@ def matmul(a, b, out=None):
     threads = pool.get_num_threads() if pool is not None else 1
     if threads == 1:
         return np.matmul(a, b, out=out)
-    bounds = row_blocks(a.shape[0], threads) if work >= _state["min"] else None
-    if bounds is not None and _blockable(a, b, out):
-        out = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b)) if out is None else out
-        blocks = [(a[lo:hi], b, out[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
-    else:
-        blocks = None
+    cut = _blocks(a, b, out, threads) if work >= _state["min"] else None
     pool.set_num_threads(1)
     try:
-        if blocks is None:
+        if cut is None:
             return np.matmul(a, b, out=out)
+        out, blocks = cut
         _team().run(blocks, threads - 1)
         return out
     finally:
@@ -106,15 +104,34 @@ def matmul(a, b, out=None):
 
 
 def row_blocks(rows: int, threads: int) -> tuple[int, ...] | None:
-    """Where ``threads`` row blocks of a ``rows``-row product start and end: as even
-    as ``ROW_ALIGN`` allows, every block but the last a multiple of it; None when
-    there are too few rows for two blocks. Depends on its arguments only."""
+    """Where ``threads`` blocks of ``rows`` rows (or columns) start and end: as even as
+    ``ROW_ALIGN`` allows, every block but the last a multiple of it; None when there
+    are too few for two blocks. Depends on its arguments only."""
     count = min(threads, rows // ROW_ALIGN)
     if count < 2:
         return None
     step = -(-rows // count // ROW_ALIGN) * ROW_ALIGN  # ceil(rows / count), aligned up
     starts = range(0, rows, step)
     return (*starts, rows)
+
+
+def _blocks(a, b, out, threads: int) -> tuple | None:
+    """``out`` (made if None) and ``a @ b`` cut into ``(a, b, out)`` blocks along the
+    result's longer side: each block packs the operand it does not cut whole, so the
+    smaller operand is the one packed twice (``x @ W.T`` at batch 128: 518 us by rows,
+    445 us by columns, 642 us on one thread). None: not cut (``_blockable``)."""
+    if not _blockable(a, b, out):
+        return None
+    rows, cols = a.shape[0], b.shape[1]
+    bounds = row_blocks(max(rows, cols), threads)
+    if bounds is None:
+        return None
+    if out is None:
+        out = np.empty((rows, cols), np.result_type(a, b))
+    spans = [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    if rows >= cols:
+        return out, [(a[s], b, out[s]) for s in spans]
+    return out, [(a, b[:, s], out[:, s]) for s in spans]
 
 
 def _blockable(a, b, out) -> bool:

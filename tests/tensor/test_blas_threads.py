@@ -87,6 +87,20 @@ def test_a_large_product_runs_in_blocks_on_one_blas_thread(pool, monkeypatch):
     assert [blk[0].shape[0] for blk in calls] == [64, 64, 64, 64] and team.helpers_asked == 3
 
 
+def test_a_wide_product_is_cut_by_columns(pool, monkeypatch):
+    """Wider than tall (x @ W.T at batch 128): columns, so the smaller operand is the
+    one each block packs whole."""
+    calls = []
+    monkeypatch.setitem(blas._teams, "team", RecordingTeam(calls))
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((128, 784)), rng.standard_normal((784, 256))
+    out = np.empty((128, 256))
+    assert blas.matmul(a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12, atol=1e-12)
+    assert [blk[1].shape for blk in calls] == [(784, 64)] * 4
+    assert all(blk[0] is a and blk[2].base is out for blk in calls)
+
+
 def test_the_pool_comes_back_when_the_product_fails(pool):
     with pytest.raises(ValueError):
         blas.matmul(np.ones((64, 128)), np.ones((128, 64)), out=np.empty((3, 3)))
@@ -141,7 +155,7 @@ def test_row_blocks_cover_the_rows_at_aligned_starts(rows, threads):
     assert all(lo % blas.ROW_ALIGN == 0 for lo in bounds[:-1])
 
 
-MLP_PRODUCTS = [((128, 784), (784, 256)), ((256, 784), (784, 128)), ((784, 128), (128, 256)),
+MLP_PRODUCTS = [((128, 784), (784, 256)), ((256, 128), (128, 784)), ((784, 128), (128, 256)),
                 ((512, 784), (784, 512)), ((512, 256), (256, 10)), ((100, 300), (300, 70))]
 
 
@@ -158,19 +172,24 @@ def test_shared_blocks_give_the_bits_of_one_thread_running_them(sa, sb, dtype, t
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
     at, bt = np.asfortranarray(a), np.asfortranarray(b)  # transposed storage: other kernels
-    bounds = blas.row_blocks(sa[0], threads)
+    bounds = blas.row_blocks(max(sa[0], sb[1]), threads)
+    spans = [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
     saved = blas.parallel_min()
     blas.set_parallel_min(1 << 18)  # every product here is shared
     try:
         with threadpoolctl.threadpool_limits(1, user_api="blas"):
-            want, want_t = ([x[lo:hi] @ y for lo, hi in zip(bounds, bounds[1:])]
-                            for x, y in ((a, b), (at, bt)))
+            if sa[0] >= sb[1]:  # cut by rows, else by columns (the longer side)
+                want, want_t = ([x[s] @ y for s in spans] for x, y in ((a, b), (at, bt)))
+                joined = 0
+            else:
+                want, want_t = ([x @ y[:, s] for s in spans] for x, y in ((a, b), (at, bt)))
+                joined = 1
         with threadpoolctl.threadpool_limits(threads, user_api="blas"):
             out = np.empty((sa[0], sb[1]), dtype)
             assert blas.matmul(a, b, out=out) is out
             for got in (out, *(blas.matmul(a, b) for _ in range(5))):
-                np.testing.assert_array_equal(got, np.concatenate(want))
-            np.testing.assert_array_equal(blas.matmul(at, bt), np.concatenate(want_t))
+                np.testing.assert_array_equal(got, np.concatenate(want, joined))
+            np.testing.assert_array_equal(blas.matmul(at, bt), np.concatenate(want_t, joined))
     finally:
         blas.set_parallel_min(saved)
 
