@@ -36,19 +36,20 @@ def topological_order(root: Node) -> list[Node]:
     where its callback per node cost a fifth of a small graph's backward (docs/eager.md).
     """
     order: list[Node] = []
-    expanded: set[int] = set()
+    expanded: set[Node] = set()  # Nodes hash by identity
     stack = [(root, False)]
     while stack:
         node, done = stack.pop()
         if done:
             order.append(node)
-        elif id(node) not in expanded:
-            expanded.add(id(node))
+        elif node not in expanded:
+            expanded.add(node)
             stack.append((node, True))
             ctx = node.grad_fn
             if ctx is not None:
-                stack += [(p, False) for p in ctx.inputs if isinstance(p, Node)
-                          and p.requires_grad and id(p) not in expanded]
+                for p in ctx.inputs:
+                    if isinstance(p, Node) and p.requires_grad and p not in expanded:
+                        stack.append((p, False))
     order.reverse()
     return order
 
@@ -82,9 +83,9 @@ def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
 
 
 def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
-    grads: dict[int, Exp | np.ndarray] = {id(root): _initial_grad(root, grad)}
+    grads: dict[Node, Exp | np.ndarray] = {root: _initial_grad(root, grad)}
     for node in topological_order(root):
-        g = grads.pop(id(node), None)
+        g = grads.pop(node, None)
         if g is None:
             continue
         ctx = node.grad_fn
@@ -136,9 +137,8 @@ def _propagate(ctx, g: Exp, grads: dict, trace=None) -> None:
         if ig.shape != inp._value.shape:
             raise RuntimeError(f"{ctx.name}.backward returned a gradient of shape "
                                f"{ig.shape} for an input of shape {inp.shape}")
-        key = id(inp)
-        prev = grads.get(key)
-        grads[key] = ig if prev is None else _sum(prev, ig)
+        prev = grads.get(inp)
+        grads[inp] = ig if prev is None else _sum(prev, ig)
 
 
 def _term(ig):
@@ -156,6 +156,8 @@ def _sum(prev, ig):
     """Two gradients of one Node added: at once when either was computed so, else lazily,
     realized past ``MAX_FUSED_OPS`` -- a node with many consumers sums many terms
     (tests/node/test_backward.py::test_node_with_thousands_of_consumers)."""
+    if type(prev) is np.ndarray and type(ig) is np.ndarray and prev.ndim:
+        return np.add(prev, ig)  # the everyday case below the threshold (0-d: a scalar)
     if type(prev) is np.ndarray or type(ig) is np.ndarray or eager.computes_now(ig):
         return eager.add(prev, ig)
     total = prev + ig

@@ -148,6 +148,19 @@ def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
     return wrap(result)
 
 
+def pair(row: OpDef, a, b, dtype: np.dtype) -> Tensor | None:
+    """A built-in binary ``row`` on two arrays, or an array and a Python number, whose
+    result has ``dtype``; None where NumPy refuses or gives another dtype or a 0-d
+    scalar (``compute`` then decides). node/ops.py's ``_pair_now`` checked the rest."""
+    try:
+        result = row.numpy(a, b)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    if type(result) is not np.ndarray or result.dtype is not dtype:
+        return None
+    return wrap(result)
+
+
 def _result_dtype(row: OpDef, arrays) -> np.dtype:
     """The registry's dtype for ``row`` over these operands (as tensor/expr.py's maps)."""
     key = (row.name, *[type(a) if type(a) in NUMBERS else a.dtype for a in arrays])
@@ -173,8 +186,7 @@ def wrap(arr) -> Tensor:
         return wrap(np.ascontiguousarray(arr))
     flat = arr.ravel(order="K")  # a view: arr is contiguous in one order or the other
     t = Tensor.__new__(Tensor)
-    t._init_layout(Storage(flat, CPU), layout, arr.dtype, CPU)
-    t._array = (flat, arr)  # what Tensor.array would make: the view of flat as arr
+    t._init_layout(Storage(flat, CPU), layout, arr.dtype, CPU, (flat, arr))  # arr: flat's view
     return t
 
 

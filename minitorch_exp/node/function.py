@@ -39,8 +39,23 @@ class Context:
         self.attrs: dict = {}
         self.where = None
         self.keeps_graph = True  # False when no graph is kept: nothing needs saving
-        #: During forward: what the lazy inputs' trees read, by ``id`` of the tree (apply).
-        self.known_reads = {} if known_reads is None else known_reads
+        #: During forward: what the lazy inputs' trees read, by ``id`` of the tree (apply);
+        #: None until a lazy value is saved.
+        self.known_reads = known_reads
+
+    @classmethod
+    def computed(cls, fn, inputs: tuple, needs: tuple, attrs: dict, saved: tuple) -> Context:
+        """The context of an op computed at once (node/eager.py), made directly: ``saved``
+        are Tensors and Python numbers, so their versions are all there is to keep. The
+        everyday eager op makes one of these; __init__ and ``save_for_backward`` cost
+        about twice as much."""
+        ctx = cls.__new__(cls)
+        ctx.fn, ctx.inputs, ctx.needs_input_grad, ctx.attrs = fn, inputs, needs, attrs
+        ctx._saved = saved
+        ctx._versions = tuple([(v.storage, v.storage.version) for v in saved
+                               if type(v) is Tensor])
+        ctx.freed, ctx.where, ctx.keeps_graph, ctx.known_reads = False, None, True, None
+        return ctx
 
     @property
     def name(self) -> str:
@@ -65,6 +80,8 @@ class Context:
         else:
             self._versions = tuple(versions)
             return
+        if self.known_reads is None:
+            self.known_reads = {}
         storages = _storages(values, self.known_reads)
         self._versions = tuple((s, s.version) for s in storages)
         for v in values:  # what the output reads is among these: lazy_value need not walk
@@ -167,7 +184,7 @@ class Function:
         if isinstance(out, Node):
             out = out._value
         node = _node.lazy_value(out, cls.lazy and fusion_enabled(), args, known)
-        ctx.known_reads = {}  # holds storages: not past this call (ctx lives with the graph)
+        ctx.known_reads = None  # holds storages: not past this call (ctx lives with the graph)
         if record and node.dtype.kind == "f":  # comparisons, argmax: values, no gradient
             ctx.inputs = args
             node.requires_grad = True

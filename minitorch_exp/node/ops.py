@@ -94,6 +94,8 @@ class Elementwise(Function):
         backward reads, with its versions (docs/eager.md); broadcasting is NumPy's, and
         backward sums each gradient back to its input's shape, with no expand between.
         None: the general path answers."""
+        if anomaly.is_anomaly_enabled():  # anomaly mode checks every op: the general path
+            return None
         values, needs, tensors = [], [], []
         for a in args:
             if isinstance(a, Node):
@@ -110,18 +112,52 @@ class Elementwise(Function):
             values.append(v)
         widest, broadcast = eager.widest(tensors)
         out = None if widest is None else eager.compute(OPS[op], values, widest)
-        if out is None or anomaly.is_anomaly_enabled():
+        if out is None:
             return None
         node = Node(out)
         if True in needs and is_grad_enabled() and out.dtype.kind == "f":
-            ctx = Context(cls, tuple(needs))
-            ctx.attrs = {"op": op}
-            if broadcast:
-                ctx.attrs["broadcast"] = True
-            ctx.save_for_backward(*values, out)
-            ctx.inputs = args
-            node.requires_grad, node.grad_fn = True, ctx
+            attrs = {"op": op, "broadcast": True} if broadcast else {"op": op}
+            node.grad_fn = Context.computed(cls, args, tuple(needs), attrs, (*values, out))
+            node.requires_grad = True
         return node
+
+
+def _pair_now(op: str, x, y) -> Node | None:
+    """``Elementwise.apply_now`` for the everyday binary op -- ``x * w`` on two Nodes of
+    one float dtype and shape, ``x + 1.0`` on a Node and a Python number -- with its
+    decisions taken in one pass: the general path's loops and checks cost as much as
+    the op's NumPy call and result together. None where it does not apply (the
+    general path then decides)."""
+    tx = x._value if isinstance(x, Node) else None
+    ty = y._value if isinstance(y, Node) else None
+    if type(tx) is Tensor:
+        like, xa = tx, tx.array
+        if type(ty) is Tensor:
+            if ty.dtype is not tx.dtype or ty.shape != tx.shape:
+                return None
+            ya = ty.array
+        elif type(y) is float or type(y) is int:
+            ya = y
+        else:
+            return None
+    elif type(ty) is Tensor and (type(x) is float or type(x) is int):
+        like, xa, ya = ty, x, ty.array
+    else:
+        return None
+    row = OPS[op]
+    if (like.dtype.kind != "f" or not row.builtin or row.check is not None
+            or not eager.now(like.shape, like.device) or anomaly.is_anomaly_enabled()):
+        return None
+    out = eager.pair(row, xa, ya, like.dtype)
+    if out is None:
+        return None
+    node = Node(out)
+    needs = (tx is not None and x.requires_grad, ty is not None and y.requires_grad)
+    if True in needs and is_grad_enabled():
+        saved = (x if tx is None else tx, y if ty is None else ty, out)
+        node.grad_fn = Context.computed(Elementwise, (x, y), needs, {"op": op}, saved)
+        node.requires_grad = True
+    return node
 
 
 def _to_input_shape(grad, value):
@@ -135,7 +171,9 @@ def _to_input_shape(grad, value):
 def elementwise(op: str, *args) -> Node:
     """Apply op ``op``; broadcast operands are expanded explicitly in the graph first, and
     operands converted to the dtype PyTorch's promotion gives (node/promotion.py)."""
-    node = Elementwise.apply_now(op, args)  # the everyday small case, computed at once
+    node = _pair_now(op, *args) if len(args) == 2 else None
+    if node is None:
+        node = Elementwise.apply_now(op, args)  # the everyday small case, computed at once
     if node is not None:
         return node
     if promotion.needs_cast(args):

@@ -28,13 +28,13 @@ class Tensor(Exp):
     def __init__(self, storage: Storage, layout: L.Layout):
         self._init_layout(storage, layout, storage.dtype, storage.device)
 
-    def _init_layout(self, storage, layout, dtype, device):
+    def _init_layout(self, storage, layout, dtype, device, array=None):
         self.storage = storage
         self.layout = layout
         self.shape = layout.shape
         self.dtype = dtype
         self.device = device
-        self._array = None
+        self._array = array  # (storage.data, its ndarray view): see ``array``
         self._leaf_tokens = None  # tokens.leaf_tokens, made when a map or statement first reads it
 
     @classmethod
@@ -90,11 +90,12 @@ class Tensor(Exp):
         Kept with the buffer it views, and made again if the Storage's buffer was
         replaced since (an optimizer moves parameters into one flat buffer: nn/optim.py).
         """
-        data, arr = self._array or (None, None)
-        if data is not self.storage.data:
-            data = self.storage.data
-            arr = array_view(self.storage, self.layout)
-            self._array = (data, arr)
+        cached = self._array
+        if cached is not None and cached[0] is self.storage.data:
+            return cached[1]
+        data = self.storage.data
+        arr = array_view(self.storage, self.layout)
+        self._array = (data, arr)
         return arr
 
     def __array__(self, dtype=None, copy=None):
