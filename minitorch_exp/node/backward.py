@@ -84,6 +84,7 @@ def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
 
 def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
     grads: dict[Node, Exp | np.ndarray] = {root: _initial_grad(root, grad)}
+    checks = anomaly.is_anomaly_enabled()  # mt.detect_anomaly(): each gradient for NaN/Inf
     for node in topological_order(root):
         g = grads.pop(node, None)
         if g is None:
@@ -110,7 +111,7 @@ def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
             g = realize(g)
         elif builtin_sum(ctx.needs_input_grad) > 1 and g.kind != RVALUE and count_ops(g, 2) > 1:
             g = realize(g)
-        _propagate(ctx, g, grads, trace)
+        _propagate(ctx, g, grads, trace, checks)
         if not retain_graph:
             ctx.free()
 
@@ -118,14 +119,16 @@ def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
 builtin_sum = sum
 
 
-def _propagate(ctx, g: Exp, grads: dict, trace=None) -> None:
+def _propagate(ctx, g: Exp, grads: dict, trace=None, checks: bool = False) -> None:
+    """Run ``ctx``'s backward on ``g`` and add each input's gradient into ``grads``
+    (``checks``: anomaly mode's check of each for NaN/Inf)."""
     input_grads = ctx.fn.backward(ctx, g)
-    if not isinstance(input_grads, tuple):
-        input_grads = (input_grads,)
+    if type(input_grads) is not tuple:
+        input_grads = tuple(input_grads) if isinstance(input_grads, tuple) else (input_grads,)
     if len(input_grads) != len(ctx.inputs):
         raise RuntimeError(f"{ctx.name}.backward returned {len(input_grads)} gradients "
                            f"for {len(ctx.inputs)} inputs")
-    if anomaly.is_anomaly_enabled():  # mt.detect_anomaly(): check each gradient for NaN/Inf
+    if checks:
         input_grads = anomaly.check_backward(ctx, input_grads)
     for inp, need, ig in zip(ctx.inputs, ctx.needs_input_grad, input_grads):
         if not need or ig is None:

@@ -148,17 +148,18 @@ def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
     return wrap(result)
 
 
-def pair(row: OpDef, a, b, dtype: np.dtype) -> Tensor | None:
+def pair(row: OpDef, a, b, dtype: np.dtype) -> tuple[Tensor, np.ndarray] | None:
     """A built-in binary ``row`` on two arrays, or an array and a Python number, whose
-    result has ``dtype``; None where NumPy refuses or gives another dtype or a 0-d
-    scalar (``compute`` then decides). node/ops.py's ``_pair_now`` checked the rest."""
+    result has ``dtype``: the result as a Tensor and as its array; None where NumPy
+    refuses or gives another dtype or a 0-d scalar (``compute`` then decides).
+    node/ops.py's ``pair_now`` checked the rest."""
     try:
         result = row.numpy(a, b)
     except (TypeError, ValueError, ArithmeticError):
         return None
     if type(result) is not np.ndarray or result.dtype is not dtype:
         return None
-    return wrap(result)
+    return wrap(result), result
 
 
 def _result_dtype(row: OpDef, arrays) -> np.dtype:
@@ -243,8 +244,15 @@ def derivative(row: OpDef, g, out: Tensor, args) -> tuple:
     """The gradients of ``row``'s operands, computed now: its derivative run on NumPy
     arrays (``g``: an array or a Tensor) and Python numbers. Each is a new array, or
     ``g`` itself where the rule passes it on (``add``)."""
+    return derivative_of_arrays(row, g, (*[a.array if type(a) is Tensor else a for a in args],
+                                         out.array))
+
+
+def derivative_of_arrays(row: OpDef, g, arrays: tuple) -> tuple:
+    """``derivative`` given the operands as arrays and Python numbers, the result's
+    array last (what ``Context.computed`` keeps)."""
     garr = g if type(g) is np.ndarray else as_array(g)
-    grads = row.derivative(garr, out.array, *[a.array if type(a) is Tensor else a for a in args])
+    grads = row.derivative(garr, arrays[-1], *arrays[:-1])
     for r in grads:
         if r is garr or (r is not None and type(r) is not np.ndarray):
             return tuple(g if r is garr else r if r is None else as_array(r) for r in grads)

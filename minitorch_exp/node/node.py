@@ -596,15 +596,21 @@ def _install_operator(op, ops) -> None:
     if op.arity == 1:
         setattr(Node, f"__{op.operator}__", ops.FUNCTIONS[op.name])
         return
-    setattr(Node, f"__{op.operator}__", _operator(ops.elementwise, op.name, op.operator))
+    setattr(Node, f"__{op.operator}__", _operator(ops, op.name, op.operator))
     if op.reflected:
         setattr(Node, f"__r{op.operator}__",
-                _operator(ops.elementwise, op.name, op.operator, reflected=True))
+                _operator(ops, op.name, op.operator, reflected=True))
 
 
-def _operator(elementwise, name: str, python_name: str, reflected: bool = False):
-    """``x <op> other`` (``reflected``: ``other <op> x``) for a Node ``x``."""
+def _operator(ops, name: str, python_name: str, reflected: bool = False):
+    """``x <op> other`` (``reflected``: ``other <op> x``) for a Node ``x``: the everyday
+    small case straight to ``ops.pair_now``, the rest through ``ops.elementwise``."""
+    elementwise, pair_now = ops.elementwise, ops.pair_now
+
     def method(self, other):
+        node = pair_now(name, other, self) if reflected else pair_now(name, self, other)
+        if node is not None:
+            return node
         if not isinstance(other, (Node, Exp, int, float, bool, np.ndarray, np.generic)):
             return NotImplemented
         return elementwise(name, other, self) if reflected else elementwise(name, self, other)

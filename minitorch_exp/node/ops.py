@@ -72,17 +72,19 @@ class Elementwise(Function):
 
     @staticmethod
     def backward(ctx, g):
-        *args, out = ctx.saved_tensors
+        saved = ctx.saved_tensors  # checks that none was modified in place since
         op = OPS[ctx.attrs["op"]]
         if op.derivative is None:
             raise RuntimeError(f"op {op.name!r} has no derivative; pass derivative= to "
                                "register_op to differentiate through it")
-        if op.builtin and eager.backward_now(out):
-            grads = eager.derivative(op, g, out, args)
+        if ctx.arrays is not None and capture.active() is None:  # computed at once
+            grads = eager.derivative_of_arrays(op, g, ctx.arrays)
+        elif op.builtin and eager.backward_now(saved[-1]):
+            grads = eager.derivative(op, g, saved[-1], saved[:-1])
         else:
-            grads = op.derivative(eager.to_tensor(g), out, *(as_exp(a) for a in args))
+            grads = op.derivative(eager.to_tensor(g), saved[-1], *map(as_exp, saved[:-1]))
         if "broadcast" in ctx.attrs:  # apply_now broadcast an operand: sum back to its shape
-            return tuple(_to_input_shape(r, a) for r, a in zip(grads, args))
+            return tuple(_to_input_shape(r, a) for r, a in zip(grads, saved))
         return grads
 
     @classmethod
@@ -122,7 +124,7 @@ class Elementwise(Function):
         return node
 
 
-def _pair_now(op: str, x, y) -> Node | None:
+def pair_now(op: str, x, y) -> Node | None:
     """``Elementwise.apply_now`` for the everyday binary op -- ``x * w`` on two Nodes of
     one float dtype and shape, ``x + 1.0`` on a Node and a Python number -- with its
     decisions taken in one pass: the general path's loops and checks cost as much as
@@ -148,14 +150,16 @@ def _pair_now(op: str, x, y) -> Node | None:
     if (like.dtype.kind != "f" or not row.builtin or row.check is not None
             or not eager.now(like.shape, like.device) or anomaly.is_anomaly_enabled()):
         return None
-    out = eager.pair(row, xa, ya, like.dtype)
-    if out is None:
+    made = eager.pair(row, xa, ya, like.dtype)
+    if made is None:
         return None
+    out, oa = made
     node = Node(out)
     needs = (tx is not None and x.requires_grad, ty is not None and y.requires_grad)
     if True in needs and is_grad_enabled():
         saved = (x if tx is None else tx, y if ty is None else ty, out)
-        node.grad_fn = Context.computed(Elementwise, (x, y), needs, {"op": op}, saved)
+        node.grad_fn = Context.computed(Elementwise, (x, y), needs, {"op": op}, saved,
+                                        (xa, ya, oa))
         node.requires_grad = True
     return node
 
@@ -171,7 +175,7 @@ def _to_input_shape(grad, value):
 def elementwise(op: str, *args) -> Node:
     """Apply op ``op``; broadcast operands are expanded explicitly in the graph first, and
     operands converted to the dtype PyTorch's promotion gives (node/promotion.py)."""
-    node = _pair_now(op, *args) if len(args) == 2 else None
+    node = pair_now(op, *args) if len(args) == 2 else None
     if node is None:
         node = Elementwise.apply_now(op, args)  # the everyday small case, computed at once
     if node is not None:
