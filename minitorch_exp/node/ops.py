@@ -126,17 +126,22 @@ class Elementwise(Function):
 
 def pair_now(op: str, x, y) -> Node | None:
     """``Elementwise.apply_now`` for the everyday binary op -- ``x * w`` on two Nodes of
-    one float dtype and shape, ``x + 1.0`` on a Node and a Python number -- with its
-    decisions taken in one pass: the general path's loops and checks cost as much as
-    the op's NumPy call and result together. None where it does not apply (the
-    general path then decides)."""
+    one float dtype (one may broadcast into the other: a 0-d parameter times a
+    vector), ``x + 1.0`` on a Node and a Python number -- with its decisions taken in
+    one pass: the general path's loops and checks cost as much as the op's NumPy call
+    and result together. None where it does not apply (the general path decides)."""
     tx = x._value if isinstance(x, Node) else None
     ty = y._value if isinstance(y, Node) else None
+    broadcast = False
     if type(tx) is Tensor:
         like, xa = tx, tx.array
         if type(ty) is Tensor:
-            if ty.dtype is not tx.dtype or ty.shape != tx.shape:
+            if ty.dtype is not tx.dtype:
                 return None
+            if ty.shape != tx.shape:
+                like, broadcast = eager.widest((tx, ty))
+                if like is None:
+                    return None
             ya = ty.array
         elif type(y) is float or type(y) is int:
             ya = y
@@ -158,8 +163,8 @@ def pair_now(op: str, x, y) -> Node | None:
     needs = (tx is not None and x.requires_grad, ty is not None and y.requires_grad)
     if True in needs and is_grad_enabled():
         saved = (x if tx is None else tx, y if ty is None else ty, out)
-        node.grad_fn = Context.computed(Elementwise, (x, y), needs, {"op": op}, saved,
-                                        (xa, ya, oa))
+        attrs = {"op": op, "broadcast": True} if broadcast else {"op": op}
+        node.grad_fn = Context.computed(Elementwise, (x, y), needs, attrs, saved, (xa, ya, oa))
         node.requires_grad = True
     return node
 
