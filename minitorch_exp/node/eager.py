@@ -151,13 +151,17 @@ def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
 def pair(row: OpDef, a, b, dtype: np.dtype) -> tuple[Tensor, np.ndarray] | None:
     """A built-in binary ``row`` on two arrays, or an array and a Python number, whose
     result has ``dtype``: the result as a Tensor and as its array; None where NumPy
-    refuses or gives another dtype or a 0-d scalar (``compute`` then decides).
+    refuses or gives another dtype (``compute`` then decides).
     node/ops.py's ``pair_now`` checked the rest."""
     try:
         result = row.numpy(a, b)
     except (TypeError, ValueError, ArithmeticError):
         return None
-    if type(result) is not np.ndarray or result.dtype is not dtype:
+    if type(result) is not np.ndarray:
+        if not isinstance(result, np.generic):
+            return None
+        result = np.asarray(result)  # two 0-d operands give a NumPy scalar
+    if result.dtype is not dtype:
         return None
     return wrap(result), result
 

@@ -152,9 +152,11 @@ def pair_now(op: str, x, y) -> Node | None:
     else:
         return None
     row = OPS[op]
-    if (like.dtype.kind != "f" or not row.builtin or row.check is not None
-            or not eager.now(like.shape, like.device) or anomaly.is_anomaly_enabled()):
+    if (like.dtype.kind != "f" or not row.builtin or not eager.now(like.shape, like.device)
+            or anomaly.is_anomaly_enabled()):
         return None
+    if row.check is not None:  # pow's: raises what building the expression would
+        row.check(tx if tx is not None else as_exp(x), ty if ty is not None else as_exp(y))
     made = eager.pair(row, xa, ya, like.dtype)
     if made is None:
         return None
