@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 
-from ..node import ops
+from ..node import eager, ops
 from ..node.function import Function
 from ..node.node import Node
 from ..tensor import capture
@@ -176,6 +176,9 @@ def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0):
     out-of-range target turns its row of ``q``, and with it the loss, into NaN.
     """
     t = _targets(target, n_classes, device)
+    if eager.now((t.shape[0], n_classes), device):  # small: made now, as the ops would be
+        q = (t.numpy(writable=False).reshape(-1, 1) == np.arange(n_classes)).astype(dtype)
+        return eager.wrap(q * (1.0 - smoothing) + smoothing / n_classes if smoothing else q)
     rows = t.reshape(t.shape[0], 1)
     classes = arange(n_classes, dtype=np.int64, device=device).reshape(1, n_classes)
     q = (rows == classes).astype(dtype)

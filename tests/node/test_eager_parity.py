@@ -196,6 +196,27 @@ def test_an_mlp_trains_alike_computed_at_once_and_fused():
         np.testing.assert_allclose(a, f, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_targets_at_once_and_fused_agree(smoothing):
+    """Below the threshold the (smoothed) one-hot rows are made with NumPy, above it by
+    a fused compare: the same rows bit for bit, and the same loss and gradient."""
+    gen = np.random.default_rng(5)
+    z, t = gen.standard_normal((7, 5)).astype(np.float32), gen.integers(0, 5, 7)
+    found = []
+    for threshold in (1 << 20, 0):
+        with mt.fusion(threshold=threshold):
+            q = nn.functional._one_hot(mt.tensor(t), 5, np.dtype(np.float32), mt.device("cpu"),
+                                       smoothing)
+            x = mt.tensor(z, requires_grad=True)
+            loss = nn.functional.cross_entropy(x, mt.tensor(t), label_smoothing=smoothing)
+            loss.backward()
+            found.append((mt.Node(q).numpy(), loss.numpy(), x.grad.numpy()))
+    (q_now, loss_now, grad_now), (q_fused, loss_fused, grad_fused) = found
+    np.testing.assert_array_equal(q_now, q_fused)
+    np.testing.assert_allclose(loss_now, loss_fused, rtol=1e-6)
+    np.testing.assert_allclose(grad_now, grad_fused, rtol=1e-5, atol=1e-7)
+
+
 def test_polynomial_fit_computed_at_once_matches_pytorch():
     """The tutorial's step: broadcast 0-d parameters, powers, a sum, SGD under no_grad."""
     torch = pytest.importorskip("torch")
