@@ -148,13 +148,13 @@ def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
     return wrap(result)
 
 
-def pair(row: OpDef, a, b, dtype: np.dtype) -> tuple[Tensor, np.ndarray] | None:
-    """A built-in binary ``row`` on two arrays, or an array and a Python number, whose
-    result has ``dtype``: the result as a Tensor and as its array; None where NumPy
-    refuses or gives another dtype (``compute`` then decides).
-    node/ops.py's ``pair_now`` checked the rest."""
+def apply_row(row: OpDef, operands: tuple, dtype: np.dtype) -> tuple[Tensor, np.ndarray] | None:
+    """A built-in ``row`` on arrays and Python numbers whose result has ``dtype``: the
+    result as a Tensor and as its array; None where NumPy refuses or gives another
+    dtype (``compute`` then decides). node/ops.py's ``pair_now`` and ``single_now``
+    checked the rest."""
     try:
-        result = row.numpy(a, b)
+        result = row.numpy(*operands)
     except (TypeError, ValueError, ArithmeticError):
         return None
     if type(result) is not np.ndarray:

@@ -152,12 +152,11 @@ def pair_now(op: str, x, y) -> Node | None:
     else:
         return None
     row = OPS[op]
-    if (like.dtype.kind != "f" or not row.builtin or not eager.now(like.shape, like.device)
-            or anomaly.is_anomaly_enabled()):
+    if not _now(row, like):
         return None
     if row.check is not None:  # pow's: raises what building the expression would
         row.check(tx if tx is not None else as_exp(x), ty if ty is not None else as_exp(y))
-    made = eager.pair(row, xa, ya, like.dtype)
+    made = eager.apply_row(row, (xa, ya), like.dtype)
     if made is None:
         return None
     out, oa = made
@@ -171,6 +170,35 @@ def pair_now(op: str, x, y) -> Node | None:
     return node
 
 
+def single_now(op: str, x) -> Node | None:
+    """``pair_now`` for a unary op on a Node of a float dtype (``x.relu()``, ``-x``)."""
+    tx = x._value if isinstance(x, Node) else None
+    if type(tx) is not Tensor:
+        return None
+    row = OPS[op]
+    if row.check is not None or not _now(row, tx):
+        return None
+    xa = tx.array
+    made = eager.apply_row(row, (xa,), tx.dtype)
+    if made is None:
+        return None
+    out, oa = made
+    node = Node(out)
+    if x.requires_grad and is_grad_enabled():
+        node.grad_fn = Context.computed(Elementwise, (x,), (True,), {"op": op}, (tx, out),
+                                        (xa, oa))
+        node.requires_grad = True
+    return node
+
+
+def _now(row: OpDef, like: Tensor) -> bool:
+    """Whether ``pair_now`` and ``single_now`` compute ``row`` at once on operands like
+    ``like``: a built-in row, a float dtype, below the threshold (``eager.now``), and
+    no anomaly mode (which checks each op on the general path)."""
+    return (like.dtype.kind == "f" and row.builtin and eager.now(like.shape, like.device)
+            and not anomaly.is_anomaly_enabled())
+
+
 def _to_input_shape(grad, value):
     """A rule's gradient for the operand ``value``, summed over the axes the op computed
     at once broadcast it along."""
@@ -182,7 +210,8 @@ def _to_input_shape(grad, value):
 def elementwise(op: str, *args) -> Node:
     """Apply op ``op``; broadcast operands are expanded explicitly in the graph first, and
     operands converted to the dtype PyTorch's promotion gives (node/promotion.py)."""
-    node = pair_now(op, *args) if len(args) == 2 else None
+    n = len(args)
+    node = pair_now(op, *args) if n == 2 else single_now(op, *args) if n == 1 else None
     if node is None:
         node = Elementwise.apply_now(op, args)  # the everyday small case, computed at once
     if node is not None:
