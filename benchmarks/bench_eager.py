@@ -440,7 +440,6 @@ def anatomy_pieces() -> dict:
     arr_a, arr_b = (rng.standard_normal((2, 2)).astype(np.float32) for _ in range(2))
     a, b = mt.tensor(arr_a, requires_grad=True), mt.tensor(arr_b, requires_grad=True)
     ta, tb, mul = a.value, b.value, OPS["mul"]
-    ctx = Context(Elementwise, (True, True))
 
     def fused_op():
         with mt.fusion(threshold=0):
@@ -454,19 +453,18 @@ def anatomy_pieces() -> dict:
                                                                     (a, b), {}),
         ("lazy", "realizing it: plan and launch lookup, kernel"):
             lambda: realize(Map(mul, (ta, tb))),
-        ("at once", "the op, computed"): lambda: a * b,
-        ("at once", "operand and dtype checks (widest)"): lambda: eager.widest([ta, tb]),
-        ("at once", "threshold, device, capture checks"): lambda: eager.computes_now(ta),
+        ("at once", "the op, computed (pair_now)"): lambda: a * b,
+        ("at once", "threshold, device, capture checks"): lambda: eager.now(ta.shape),
         ("at once", "NumPy ufunc"): lambda: np.multiply(arr_a, arr_b),
         ("at once", "Tensor and Storage for the result"): lambda: eager.wrap(arr_a),
         ("at once", "Node"): lambda: Node(ta),
-        ("at once", "Context"): lambda: Context(Elementwise, (True, True)),
-        ("at once", "saved values and their versions"):
-            lambda: ctx.save_for_backward(ta, tb, ta),
+        ("at once", "Context, saved values and their versions"):
+            lambda: Context.computed(Elementwise, (a, b), (True, True), {"op": "mul"},
+                                     (ta, tb, ta), (arr_a, arr_b, arr_a)),
         ("at once", "grad mode and anomaly mode checks"):
             lambda: (mt.is_grad_enabled(), anomaly.is_anomaly_enabled()),
         ("at once", "rule on arrays (backward of mul)"):
-            lambda: eager.derivative(mul, arr_a, ta, (ta, tb)),
+            lambda: eager.derivative_of_arrays(mul, arr_a, (arr_a, arr_b, arr_a)),
     }
     if torch is not None:
         pa, pb = torch.tensor(arr_a, requires_grad=True), torch.tensor(arr_b, requires_grad=True)
