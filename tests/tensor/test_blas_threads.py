@@ -230,3 +230,35 @@ def test_a_forked_child_starts_its_own_helpers(pool):
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_products_from_several_threads_at_once_are_right():
+    """User threads sharing the team: each caller works through its own job, whatever
+    job the helpers follow, so every product comes out whole and right."""
+    import threading
+
+    rng = np.random.default_rng(4)
+    pairs = [(rng.standard_normal((256, 96)), rng.standard_normal((96, 512))) for _ in range(4)]
+    wants = [a @ b for a, b in pairs]
+    saved = blas.parallel_min()
+    blas.set_parallel_min(1 << 18)
+    errors = []
+
+    def work(i):
+        a, b = pairs[i]
+        for _ in range(20):
+            got = blas.matmul(a, b)
+            if not np.allclose(got, wants[i], rtol=1e-10, atol=1e-10):
+                errors.append(i)
+
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    try:
+        with threadpoolctl.threadpool_limits(2, user_api="blas"):
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        blas.set_parallel_min(saved)
+    assert errors == []
