@@ -430,6 +430,26 @@ class Reduction(_Op):
         return (r.derivative(_grad_to_input(g, ctx, not r.saves), x, out, axes, count),)
 
 
+def reduce_now(cls: type, x, axis, keepdims: bool) -> Node | None:
+    """``cls.apply`` (a ``Reduction``) for a small float Node, computed at once: what
+    ``pair_now`` is to elementwise ops. None: the general path decides."""
+    tx = x._value if isinstance(x, Node) else None
+    if (type(tx) is not Tensor or tx.dtype.kind != "f" or not eager.now(tx.shape, tx.device)
+            or anomaly.is_anomaly_enabled()):
+        return None
+    axes = _axes(x, axis)
+    out = eager.reduce(cls.reduction, tx, axes, keepdims)
+    if out is None:
+        return None
+    node = Node(out)
+    if x.requires_grad and is_grad_enabled():
+        attrs = {"axes": axes, "keepdims": keepdims, "in_shape": tx.shape}
+        saved = (tx, out) if cls.reduction.saves else ()
+        node.grad_fn = Context.computed(cls, (x,), (True,), attrs, saved)
+        node.requires_grad = True
+    return node
+
+
 def _axes(x: Node, axis):
     if x.ndim == 0 and axis is not None:  # PyTorch reduces a 0-d tensor over dim 0 or -1
         for a in axis if isinstance(axis, tuple) else (axis,):
@@ -765,7 +785,8 @@ def _reduce_function(r: ReduceDef):
         doc = f"``{r.name}`` over ``axis`` (None: all; not differentiable)."
     else:
         def fn(x: Node, axis=None, keepdims: bool = False) -> Node:
-            return cls.apply(x, axes=_axes(x, axis), keepdims=keepdims)
+            node = reduce_now(cls, x, axis, keepdims)
+            return cls.apply(x, axes=_axes(x, axis), keepdims=keepdims) if node is None else node
         doc = f"``{r.name}`` over ``axis`` (None: all), differentiable."
     return named_function(fn, r.function, ("x",), doc)
 
