@@ -60,6 +60,7 @@ from .tensor.device import Device, cuda_available
 from .tensor.dtypes import bool_, float32, float64, int32, int64
 from .tensor.explain import explain
 from .tensor.ops import register_op, unregister_op
+from .tensor.threads import get_num_threads, set_num_threads
 
 Tensor = _pytorch.Tensor  # the tensor type (isinstance: a Node), and PyTorch's constructor
 
@@ -82,13 +83,14 @@ __all__ = [
     "detect_anomaly",
     "draw_graph", "empty", "empty_like", "enable_grad", "expand", "explain", "flatten",
     "float32", "float64",
-    "from_numpy", "full", "full_like", "fusion", "get_fusion_threshold", "gradcheck",
+    "from_numpy", "full", "full_like", "fusion", "get_fusion_threshold", "get_num_threads",
+    "gradcheck",
     "int32", "int64",
     "is_grad_enabled", "kernel_counts", "load", "log_softmax", "logsumexp",
     "manual_seed", "matmul", "no_grad", "ones", "ones_like",
     "op", "permute", "rand", "rand_like", "randn", "randn_like", "register_op",
     "reset_kernel_counts", "reshape", "save", "set_cpu_backend", "set_debug", "set_fusion",
-    "set_fusion_threshold", "softmax", "squeeze", "stack", "tensor",
+    "set_fusion_threshold", "set_num_threads", "softmax", "squeeze", "stack", "tensor",
     "to_dot", "transpose", "unregister_op", "unsqueeze", "zeros", "zeros_like",
     "device", "get_default_device", "set_default_device",
     *sorted(_OP_FUNCTIONS), *sorted(_pytorch.FUNCTIONS),

@@ -1,4 +1,4 @@
-"""Matrix products through BLAS, shared between threads by row blocks.
+"""Matrix products through BLAS, shared between threads by blocks of rows or columns.
 
 OpenBLAS's own threads split a product and wait for the last of them. On a busy
 machine (other processes wanting the cores) a thread waits a timeslice for its
@@ -23,10 +23,10 @@ a shared counter (``Team``):
   not scheduled, it runs every block itself, at one thread's speed.
 
 The pool's count is the user's (``mt.set_num_threads``, ``OPENBLAS_NUM_THREADS``,
-threadpoolctl) and comes back after each product. ``MINITORCH_BLAS_PARALLEL_MIN``
-or ``set_parallel_min`` move the bound (0: OpenBLAS decides everything, as plain
-NumPy). Without threadpoolctl, which finds the BLAS library's thread setter,
-products run as BLAS decides.
+threadpoolctl's ``threadpool_limits``) and comes back after each product.
+``MINITORCH_BLAS_PARALLEL_MIN`` or ``set_parallel_min`` move the bound (0: OpenBLAS
+decides everything, as plain NumPy). Without threadpoolctl, which finds the BLAS
+library's thread setter, products run as BLAS decides.
 """
 
 from __future__ import annotations
