@@ -237,3 +237,12 @@ def fuse_all():
     set_fusion_threshold(0)
     yield
     set_fusion_threshold(old)
+
+
+@pytest.fixture
+def debug_level():
+    """``counters.set_debug`` for one test; the level is restored after it."""
+    from minitorch_exp.tensor import counters
+    old = counters.DEBUG
+    yield counters.set_debug
+    counters.set_debug(old)

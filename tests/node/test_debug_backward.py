@@ -8,16 +8,8 @@ import re
 import pytest
 
 import minitorch_exp as mt
-from minitorch_exp.tensor import counters
 
 pytestmark = pytest.mark.usefixtures("fuse_all")  # kernels of small tensors: fused
-
-
-@pytest.fixture
-def debug_level():
-    old = counters.DEBUG
-    yield counters.set_debug
-    counters.set_debug(old)
 
 
 def _lines(out: str) -> list[str]:

@@ -17,13 +17,6 @@ from minitorch_exp.tensor.explain import collect_debug, explain, kernel_notes
 from minitorch_exp.tensor.names import Names, name_after, view_suffix
 
 
-@pytest.fixture
-def debug_level():
-    old = counters.DEBUG
-    yield counters.set_debug
-    counters.set_debug(old)
-
-
 def _lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith("[mt #")]
 

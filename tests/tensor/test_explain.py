@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from minitorch_exp.tensor import count_kernels, counters, from_numpy, randn, tensor, zeros
+from minitorch_exp.tensor import count_kernels, from_numpy, randn, tensor, zeros
 from minitorch_exp.tensor.backends import using_cpu_backend
 from minitorch_exp.tensor.explain import SECTIONS, explain
 from minitorch_exp.tensor.kernels import eager_traffic, fused_traffic, human_bytes, plural
@@ -27,14 +27,6 @@ def flat(text: str) -> str:
 def seed_update():
     g, w = randn(4, 5), randn(4, 5)
     return g, w, -ETA * (g + LAM * w)
-
-
-@pytest.fixture
-def debug_level():
-    """Set the debug level for one test; always restore it."""
-    old = counters.DEBUG
-    yield counters.set_debug
-    counters.set_debug(old)
 
 
 # ---- the sections ---------------------------------------------------------------------
