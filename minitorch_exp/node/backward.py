@@ -123,8 +123,8 @@ def _propagate(ctx, g: Exp, grads: dict, trace=None, checks: bool = False) -> No
     """Run ``ctx``'s backward on ``g`` and add each input's gradient into ``grads``
     (``checks``: anomaly mode's check of each for NaN/Inf)."""
     input_grads = ctx.fn.backward(ctx, g)
-    if type(input_grads) is not tuple:
-        input_grads = tuple(input_grads) if isinstance(input_grads, tuple) else (input_grads,)
+    if not isinstance(input_grads, tuple):
+        input_grads = (input_grads,)
     if len(input_grads) != len(ctx.inputs):
         raise RuntimeError(f"{ctx.name}.backward returned {len(input_grads)} gradients "
                            f"for {len(ctx.inputs)} inputs")
@@ -159,8 +159,6 @@ def _sum(prev, ig):
     """Two gradients of one Node added: at once when either was computed so, else lazily,
     realized past ``MAX_FUSED_OPS`` -- a node with many consumers sums many terms
     (tests/node/test_backward.py::test_node_with_thousands_of_consumers)."""
-    if type(prev) is np.ndarray and type(ig) is np.ndarray and prev.ndim:
-        return np.add(prev, ig)  # the everyday case below the threshold (0-d: a scalar)
     if type(prev) is np.ndarray or type(ig) is np.ndarray or eager.computes_now(ig):
         return eager.add(prev, ig)
     total = prev + ig

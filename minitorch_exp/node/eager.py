@@ -235,9 +235,14 @@ def reduce(r: ReduceDef, x, axes: tuple, keepdims: bool) -> Tensor | None:
     """The reduction ``r`` of ``x`` over ``axes`` computed now; None when laziness pays,
     ``x`` is an expression or ``_fold`` cannot (the expression path answers, and says
     why an empty axis cannot be reduced where the row has no identity)."""
-    if type(x) is not Tensor or not _folds(r, axes) or not computes_now(x):
+    if type(x) is not Tensor or not computes_now(x):
         return None
-    if not r.empty_ok and 0 in x.shape:
+    return reduce_tensor(r, x, axes, keepdims)
+
+
+def reduce_tensor(r: ReduceDef, x: Tensor, axes: tuple, keepdims: bool) -> Tensor | None:
+    """``reduce`` for a Tensor ``x`` known to be computed now."""
+    if not _folds(r, axes) or (not r.empty_ok and 0 in x.shape):
         return None
     return wrap(_fold(r, x.array, x.shape, axes, keepdims))
 
@@ -308,6 +313,8 @@ def as_array(x) -> np.ndarray:
 
 def add(a, b) -> np.ndarray:
     """``a + b`` computed now (two gradients of one Node, at least one an array or small)."""
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim:  # the everyday case
+        return np.add(a, b)
     return np.asarray(as_array(a) + as_array(b))  # a NumPy scalar when 0-d
 
 

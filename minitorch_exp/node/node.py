@@ -604,8 +604,8 @@ def _install_operator(op, ops) -> None:
 
 def _operator(ops, name: str, python_name: str, reflected: bool = False):
     """``x <op> other`` (``reflected``: ``other <op> x``) for a Node ``x``: the everyday
-    small case straight to ``ops.pair_now``, the rest through ``ops.elementwise``."""
-    elementwise, pair_now = ops.elementwise, ops.pair_now
+    small case straight to ``ops.pair_now``, the rest through ``ops.elementwise_general``."""
+    elementwise, pair_now = ops.elementwise_general, ops.pair_now
 
     def method(self, other):
         node = pair_now(name, other, self) if reflected else pair_now(name, self, other)
@@ -613,7 +613,7 @@ def _operator(ops, name: str, python_name: str, reflected: bool = False):
             return node
         if not isinstance(other, (Node, Exp, int, float, bool, np.ndarray, np.generic)):
             return NotImplemented
-        return elementwise(name, other, self) if reflected else elementwise(name, self, other)
+        return elementwise(name, (other, self) if reflected else (self, other))
     method.__name__ = f"__{'r' if reflected else ''}{python_name}__"
     method.__qualname__ = f"Node.{method.__name__}"
     return method

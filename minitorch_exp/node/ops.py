@@ -134,7 +134,7 @@ def pair_now(op: str, x, y) -> Node | None:
     ty = y._value if isinstance(y, Node) else None
     broadcast = False
     if type(tx) is Tensor:
-        like, xa = tx, tx.array
+        like = tx
         if type(ty) is Tensor:
             if ty.dtype is not tx.dtype:
                 return None
@@ -142,18 +142,17 @@ def pair_now(op: str, x, y) -> Node | None:
                 like, broadcast = eager.widest((tx, ty))
                 if like is None:
                     return None
-            ya = ty.array
-        elif type(y) is float or type(y) is int:
-            ya = y
-        else:
+        elif type(y) is not float and type(y) is not int:
             return None
     elif type(ty) is Tensor and (type(x) is float or type(x) is int):
-        like, xa, ya = ty, x, ty.array
+        like = ty
     else:
         return None
     row = OPS[op]
     if not _now(row, like):
         return None
+    xa = x if tx is None else tx.array
+    ya = y if ty is None else ty.array
     if row.check is not None:  # pow's: raises what building the expression would
         row.check(tx if tx is not None else as_exp(x), ty if ty is not None else as_exp(y))
     made = eager.apply_row(row, (xa, ya), like.dtype)
@@ -212,8 +211,13 @@ def elementwise(op: str, *args) -> Node:
     operands converted to the dtype PyTorch's promotion gives (node/promotion.py)."""
     n = len(args)
     node = pair_now(op, *args) if n == 2 else single_now(op, *args) if n == 1 else None
-    if node is None:
-        node = Elementwise.apply_now(op, args)  # the everyday small case, computed at once
+    return elementwise_general(op, args) if node is None else node
+
+
+def elementwise_general(op: str, args: tuple) -> Node:
+    """``elementwise`` where ``pair_now`` and ``single_now`` declined (Node's operators
+    ask ``pair_now`` themselves, then come here)."""
+    node = Elementwise.apply_now(op, args)  # other small cases, computed at once
     if node is not None:
         return node
     if promotion.needs_cast(args):
@@ -438,7 +442,7 @@ def reduce_now(cls: type, x, axis, keepdims: bool) -> Node | None:
             or anomaly.is_anomaly_enabled()):
         return None
     axes = _axes(x, axis)
-    out = eager.reduce(cls.reduction, tx, axes, keepdims)
+    out = eager.reduce_tensor(cls.reduction, tx, axes, keepdims)
     if out is None:
         return None
     node = Node(out)

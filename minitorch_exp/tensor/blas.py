@@ -50,6 +50,8 @@ ROW_ALIGN = 16
 
 
 _env = os.environ.get("MINITORCH_BLAS_PARALLEL_MIN", "").strip()
+#: The sharing bound, the BLAS pool's controller (False: not looked up yet) and, once a
+#: product is shared, the ``Team``.
 _state: dict = {"min": int(_env) if _env else DEFAULT_PARALLEL_MIN, "pool": False}
 
 
@@ -82,8 +84,8 @@ def _pool():
 
 
 def matmul(a, b, out=None):
-    """``np.matmul(a, b, out=out)``: on one BLAS thread, in row blocks shared between
-    the pool's count of threads from ``parallel_min()`` multiply-adds on."""
+    """``np.matmul(a, b, out=out)``: on one BLAS thread, in blocks shared between the
+    pool's count of threads from ``parallel_min()`` multiply-adds on."""
     work = _work(a, b)
     if work < _BLAS_SERIAL_BELOW or _state["min"] == 0:
         return np.matmul(a, b, out=out)
@@ -223,15 +225,12 @@ class Team:
             job.work()
 
 
-_teams: dict[str, Team] = {}
-
-
 def _team() -> Team:
-    team = _teams.get("team")
+    team = _state.get("team")
     if team is None:
-        team = _teams["team"] = Team()
+        team = _state["team"] = Team()
     return team
 
 
 # A forked child has none of the parent's helper threads: it starts its own.
-os.register_at_fork(after_in_child=_teams.clear)
+os.register_at_fork(after_in_child=lambda: _state.pop("team", None))

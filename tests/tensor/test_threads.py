@@ -37,7 +37,7 @@ def test_a_product_with_one_thread_is_not_shared(restored, monkeypatch):
             raise AssertionError("a product was shared with one thread set")
 
     mt.set_num_threads(1)
-    monkeypatch.setitem(blas._teams, "team", NoTeam())
+    monkeypatch.setitem(blas._state, "team", NoTeam())
     monkeypatch.setitem(blas._state, "min", 1 << 18)
     a, b = np.ones((256, 64)), np.ones((64, 512))
     np.testing.assert_array_equal(blas.matmul(a, b), np.full((256, 512), 64.0))
