@@ -1,4 +1,4 @@
-"""Matrix products on two threads: OpenBLAS's own threads against row blocks
+"""Matrix products on two threads: OpenBLAS's own threads against blocks
 (``tensor/blas.py``) against one thread, alone and inside the captured MLP step.
 
 Each product of an MLP's training step (784-256-10 and 784-512-256-10, batches 32,
@@ -6,8 +6,8 @@ Each product of an MLP's training step (784-256-10 and 784-512-256-10, batches 3
 
 * ``one thread``: OpenBLAS on one thread;
 * ``openblas``: OpenBLAS on the pool's threads, as plain NumPy (``set_parallel_min(0)``);
-* ``row blocks``: minitorch_exp's default, one-thread BLAS calls on row blocks that
-  the caller and helper threads share.
+* ``blocks``: minitorch_exp's default, one-thread BLAS calls on blocks of rows or
+  columns that numba's threads share (the caller among them).
 
 Then the captured 784-256-10 training step at batch 128 under each. ``--load`` runs
 everything beside ``3 x cores`` busy processes, where a thread may wait a timeslice
@@ -57,7 +57,7 @@ def ways(threads: int) -> dict:
             blas.set_parallel_min(bound)
         return setup
     return {"one thread": setting(1, 0), "openblas": setting(threads, 0),
-            "row blocks": setting(threads, None)}
+            "blocks": setting(threads, None)}
 
 
 def run(threads: int, min_time: float, name: str) -> Table:
@@ -80,7 +80,7 @@ def run(threads: int, min_time: float, name: str) -> Table:
     times = interleaved_timeit({way: step for way in setups}, 4 * min_time, setups=setups)
     for way, seconds in times.items():
         table.add(way, "captured step 784-256-10 b128", seconds)
-    ways(threads)["row blocks"]()
+    ways(threads)["blocks"]()
     return table
 
 

@@ -1,5 +1,5 @@
-"""Matrix products run on one BLAS thread, large ones in row blocks shared between
-threads (tensor/blas.py).
+"""Matrix products run on one BLAS thread, large ones in blocks of rows or columns
+shared between numba's threads (tensor/blas.py).
 
 On a busy machine OpenBLAS's own threads made an MLP's products 2-9x slower than
 one thread, and its bits differ between one thread and two; blocks cut by shape and
@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minitorch_exp.tensor import blas
@@ -34,8 +34,18 @@ class FakePool:
 
 
 @pytest.fixture
+def gemm():
+    """The CBLAS calls blocks are made of (skips where products are not cut)."""
+    found = blas._gemm()
+    if found is None:
+        pytest.skip("products are not cut here: no OpenBLAS found, or numba's workqueue layer")
+    return found
+
+
+@pytest.fixture
 def pool(monkeypatch):
-    """A 4-thread BLAS pool."""
+    """A 4-thread BLAS pool (the real library's CBLAS calls looked up first)."""
+    blas._gemm()
     fake = FakePool(4)
     monkeypatch.setitem(blas._state, "pool", fake)
     monkeypatch.setitem(blas._state, "min", 1 << 22)
@@ -76,29 +86,32 @@ def test_small_products_leave_the_pool_alone(pool):
     assert pool.history == []
 
 
-def test_a_large_product_runs_in_blocks_on_one_blas_thread(pool, monkeypatch):
+def test_a_large_product_runs_in_blocks_on_one_blas_thread(pool, gemm, monkeypatch):
     """2^24 multiply-adds, 4 threads: four 64-row blocks, each a one-thread BLAS call."""
-    calls = []
-    team = RecordingTeam(calls)
-    monkeypatch.setitem(blas._state, "team", team)
+    recorder = RecordingGemm(gemm)
+    monkeypatch.setitem(blas._state, "gemm", recorder)
     a, b = np.ones((256, 256)), np.ones((256, 256))
     np.testing.assert_array_equal(blas.matmul(a, b), np.full((256, 256), 256.0))
     assert pool.history == [1, 4]
-    assert [blk[0].shape[0] for blk in calls] == [64, 64, 64, 64] and team.helpers_asked == 3
+    (table,) = recorder.tables
+    assert table[:, 2].tolist() == [64] * 4 and table[:, 3].tolist() == [256] * 4  # m, n
+    assert np.diff(table[:, 5]).tolist() == [64 * 256 * 8] * 3  # a's rows, in bytes
 
 
-def test_a_wide_product_is_cut_by_columns(pool, monkeypatch):
+def test_a_wide_product_is_cut_by_columns(pool, gemm, monkeypatch):
     """Wider than tall (x @ W.T at batch 128): columns, so the smaller operand is the
     one each block packs whole."""
-    calls = []
-    monkeypatch.setitem(blas._state, "team", RecordingTeam(calls))
+    recorder = RecordingGemm(gemm)
+    monkeypatch.setitem(blas._state, "gemm", recorder)
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((128, 784)), rng.standard_normal((784, 256))
     out = np.empty((128, 256))
     assert blas.matmul(a, b, out=out) is out
     np.testing.assert_allclose(out, a @ b, rtol=1e-12, atol=1e-12)
-    assert [blk[1].shape for blk in calls] == [(784, 64)] * 4
-    assert all(blk[0] is a and blk[2].base is out for blk in calls)
+    (table,) = recorder.tables
+    assert table[:, 2].tolist() == [128] * 4 and table[:, 3].tolist() == [64] * 4
+    assert set(table[:, 5]) == {a.ctypes.data}  # every block reads all of a
+    assert np.diff(table[:, 9]).tolist() == [64 * 8] * 3  # and writes 64 columns of out
 
 
 def test_the_pool_comes_back_when_the_product_fails(pool):
@@ -130,17 +143,15 @@ def test_the_real_pool_is_found_and_restored():
         assert found.get_num_threads() == 2
 
 
-class RecordingTeam(blas.Team):
-    """A Team that records the blocks it was given."""
+class RecordingGemm:
+    """The real blocks runner, recording each product's table of CBLAS calls."""
 
-    def __init__(self, calls):
-        super().__init__()
-        self.calls, self.helpers_asked = calls, None
+    def __init__(self, real):
+        self.real, self.tables = real, []
 
-    def run(self, blocks, helpers):
-        self.calls.extend(blocks)
-        self.helpers_asked = helpers
-        super().run(blocks, helpers)
+    def run(self, table, double):
+        self.tables.append(table.copy())
+        self.real.run(table, double)
 
 
 @given(st.integers(0, 5000), st.integers(1, 64))
@@ -194,21 +205,73 @@ def test_shared_blocks_give_the_bits_of_one_thread_running_them(sa, sb, dtype, t
         blas.set_parallel_min(saved)
 
 
-def test_the_caller_finishes_alone_when_no_helper_runs(pool, monkeypatch):
-    """A busy machine may not schedule a helper at all: the caller takes every block."""
-    team = blas.Team()
-    team.helpers = 8  # it believes they exist, but none was started
-    monkeypatch.setitem(blas._state, "team", team)
-    a, b = np.arange(256.0 * 64).reshape(256, 64), np.ones((64, 1024))
-    np.testing.assert_array_equal(blas.matmul(a, b), np.matmul(a, b))
-    assert pool.history == [1, 4]
+def test_the_caller_finishes_alone_when_no_other_thread_runs(pool, gemm):
+    """A busy machine may schedule no other thread: with numba's threads cut to one,
+    the caller runs all four blocks itself, with the same bits."""
+    numba = pytest.importorskip("numba")
+    a, b = np.arange(256.0 * 64).reshape(256, 64) / 7, np.ones((64, 1024)) / 3
+    want = blas.matmul(a, b)
+    saved = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        np.testing.assert_array_equal(blas.matmul(a, b), want)
+    finally:
+        numba.set_num_threads(saved)
+    assert pool.history == [1, 4] * 2
 
 
-def test_an_error_in_a_block_reaches_the_caller():
-    job = blas.Job([(np.ones((4, 3)), np.ones((3, 2)), np.empty((4, 5)))])
-    job.work()
-    with pytest.raises(ValueError):
-        job.wait()
+def test_operands_that_do_not_match_get_numpy_s_error(pool, gemm):
+    with pytest.raises(ValueError, match="matmul"):
+        blas.matmul(np.ones((256, 128)), np.ones((256, 128)))
+    assert pool.threads == 4
+
+
+def _view(m, how: str):
+    """``m``'s values laid out as ``how`` says: C order, Fortran order (a transposed
+    operand), every other row or column of a larger array, or inside a wider one."""
+    if how == "C":
+        return np.ascontiguousarray(m)
+    if how == "F":
+        return np.asfortranarray(m)
+    if how == "step":
+        big = np.zeros((m.shape[0], 2 * m.shape[1]), m.dtype)
+        big[:, ::2] = m
+        return big[:, ::2]
+    big = np.zeros((m.shape[0] + 3, m.shape[1] + 5), m.dtype)  # "inside": ld > columns
+    big[2:-1, 3:-2] = m
+    return big[2:-1, 3:-2]
+
+
+LAYOUTS = st.sampled_from(["C", "F", "step", "inside"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 300), st.integers(1, 70), st.integers(2, 300), LAYOUTS, LAYOUTS,
+       st.sampled_from([None, "C", "inside"]), st.sampled_from([np.float32, np.float64]),
+       st.integers(2, 4))
+def test_any_layout_of_operands_and_out_gives_numpy_s_product(rows, k, cols, how_a, how_b,
+                                                             how_out, dtype, threads):
+    """Blocks read operands where they lie (CBLAS's leading dimensions and transposes)
+    and write into ``out`` where it lies; layouts CBLAS cannot read are not cut."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if blas._gemm() is None:
+        pytest.skip("products are not cut here")
+    rng = np.random.default_rng(rows * k + cols)
+    a = _view(rng.standard_normal((rows, k)).astype(dtype), how_a)
+    b = _view(rng.standard_normal((k, cols)).astype(dtype), how_b)
+    out = None if how_out is None else _view(np.full((rows, cols), np.nan, dtype), how_out)
+    saved = blas.parallel_min(), blas._BLAS_SERIAL_BELOW
+    blas.set_parallel_min(1)
+    blas._BLAS_SERIAL_BELOW = 0
+    try:
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            got = blas.matmul(a, b, out=out)
+    finally:
+        blas.set_parallel_min(saved[0])
+        blas._BLAS_SERIAL_BELOW = saved[1]
+    assert out is None or got is out
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=tol, atol=tol * k)
 
 
 def test_a_product_into_its_own_operand_is_not_cut(pool):
@@ -221,21 +284,20 @@ def test_a_product_into_its_own_operand_is_not_cut(pool):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_a_forked_child_starts_its_own_helpers(pool):
+def test_a_forked_child_computes_products_in_blocks(pool, gemm):
     a, b = np.ones((256, 64)), np.ones((64, 1024))
-    blas.matmul(a, b)  # the parent's helpers exist now
+    blas.matmul(a, b)  # the parent's threads have run blocks
     pid = os.fork()
     if pid == 0:  # the child: exit status 0 only if the product is right
-        fresh = "team" not in blas._state
-        ok = fresh and np.array_equal(blas.matmul(a, b), np.full((256, 1024), 64.0))
+        ok = np.array_equal(blas.matmul(a, b), np.full((256, 1024), 64.0))
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_products_from_several_threads_at_once_are_right():
-    """User threads sharing the team: each caller works through its own job, whatever
-    job the helpers follow, so every product comes out whole and right."""
+    """User threads cutting products at the same time: numba's threads serve each
+    caller's blocks, so every product comes out whole and right."""
     import threading
 
     rng = np.random.default_rng(4)

@@ -31,13 +31,13 @@ def test_one_thread_reaches_numba_and_blas(restored):
 
 
 def test_a_product_with_one_thread_is_not_shared(restored, monkeypatch):
-    """One thread: a product large enough to be shared runs whole, with no team."""
-    class NoTeam:
-        def run(self, blocks, helpers):
+    """One thread: a product large enough to be shared runs whole, in no blocks."""
+    class NoBlocks:
+        def run(self, table, double):
             raise AssertionError("a product was shared with one thread set")
 
     mt.set_num_threads(1)
-    monkeypatch.setitem(blas._state, "team", NoTeam())
+    monkeypatch.setitem(blas._state, "gemm", NoBlocks())
     monkeypatch.setitem(blas._state, "min", 1 << 18)
     a, b = np.ones((256, 64)), np.ones((64, 512))
     np.testing.assert_array_equal(blas.matmul(a, b), np.full((256, 512), 64.0))
