@@ -120,6 +120,17 @@ def widest(tensors) -> tuple[Tensor | None, bool]:
     return big, broadcast
 
 
+def wider(a: Tensor, b: Tensor) -> Tensor | None:
+    """``widest`` for two tensors of one dtype and different shapes: the one the other
+    broadcasts into (a 0-d one into any), or None."""
+    if not b.shape:
+        return a
+    if not a.shape:
+        return b
+    big, small = (a, b) if math.prod(a.shape) >= math.prod(b.shape) else (b, a)
+    return big if _fits(small.shape, big.shape) else None
+
+
 def _fits(shape: tuple, target: tuple) -> bool:
     """Whether ``shape`` broadcasts to ``target`` (NumPy's rule, trailing axes aligned)."""
     return len(shape) <= len(target) and all(
@@ -196,14 +207,29 @@ def wrap(arr) -> Tensor:
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b``. A C-ordered ``a`` times a transposed C-ordered ``b`` -- ``x @ W.T``, every
-    linear layer -- is computed as ``(b.T @ a.T).T``, which OpenBLAS runs up to 1.5x
-    faster (docs/eager.md), then copied to C order as a product's result is in PyTorch
-    (so ``.view`` works on it)."""
-    if (a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous and b.flags.f_contiguous
-            and not b.flags.c_contiguous):
-        return np.ascontiguousarray(blas.matmul(b.T, a.T).T)
-    return blas.matmul(a, b)
+    """``a @ b``, C-ordered where ``b`` is a transposed C-ordered matrix (``_product``)."""
+    return linear(a, b.T) if _transposed_weight(a, b) else blas.matmul(a, b)
+
+
+def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """``x @ weight.T + bias`` (``bias`` may be None), C-ordered as a product's result is
+    in PyTorch (so ``.view`` works on it). For a C-ordered 2-D ``x`` and ``weight`` --
+    every linear layer -- the product is computed as ``(weight @ x.T).T``, which OpenBLAS
+    runs up to 1.5x faster (docs/eager.md), and copied to C order in the pass that adds
+    the bias."""
+    if not _transposed_weight(x, weight.T):
+        out = blas.matmul(x, weight.T)
+        return out if bias is None else out + bias
+    product = blas.matmul(weight, x.T).T
+    if bias is None:
+        return np.ascontiguousarray(product)
+    return np.add(product, bias, out=np.empty(product.shape, np.result_type(product, bias)))
+
+
+def _transposed_weight(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a @ b`` is a C-ordered matrix times a transposed C-ordered one."""
+    return (a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous and b.flags.f_contiguous
+            and not b.flags.c_contiguous)
 
 
 _SAVERS = {"=": np.copyto, "+=": np.add, "-=": np.subtract, "*=": np.multiply,

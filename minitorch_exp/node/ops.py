@@ -129,7 +129,10 @@ def pair_now(op: str, x, y) -> Node | None:
     one float dtype (one may broadcast into the other: a 0-d parameter times a
     vector), ``x + 1.0`` on a Node and a Python number -- with its decisions taken in
     one pass: the general path's loops and checks cost as much as the op's NumPy call
-    and result together. None where it does not apply (the general path decides)."""
+    and result together. None where it does not apply (the general path decides).
+
+    pow's check (``row.check``) refuses integer bases only, which never come here: a
+    Tensor operand is a float one, and a number base comes with a Tensor exponent."""
     tx = x._value if isinstance(x, Node) else None
     ty = y._value if isinstance(y, Node) else None
     broadcast = False
@@ -139,7 +142,7 @@ def pair_now(op: str, x, y) -> Node | None:
             if ty.dtype is not tx.dtype:
                 return None
             if ty.shape != tx.shape:
-                like, broadcast = eager.widest((tx, ty))
+                like, broadcast = eager.wider(tx, ty), True
                 if like is None:
                     return None
         elif type(y) is not float and type(y) is not int:
@@ -153,15 +156,14 @@ def pair_now(op: str, x, y) -> Node | None:
         return None
     xa = x if tx is None else tx.array
     ya = y if ty is None else ty.array
-    if row.check is not None:  # pow's: raises what building the expression would
-        row.check(tx if tx is not None else as_exp(x), ty if ty is not None else as_exp(y))
     made = eager.apply_row(row, (xa, ya), like.dtype)
     if made is None:
         return None
     out, oa = made
     node = Node(out)
-    needs = (tx is not None and x.requires_grad, ty is not None and y.requires_grad)
-    if True in needs and is_grad_enabled():
+    if is_grad_enabled() and ((tx is not None and x.requires_grad)
+                              or (ty is not None and y.requires_grad)):
+        needs = (tx is not None and x.requires_grad, ty is not None and y.requires_grad)
         saved = (x if tx is None else tx, y if ty is None else ty, out)
         attrs = {"op": op, "broadcast": True} if broadcast else {"op": op}
         node.grad_fn = Context.computed(Elementwise, (x, y), needs, attrs, saved, (xa, ya, oa))
@@ -570,8 +572,8 @@ class Linear(Function):
         x, weight = realize(x), realize(weight)
         ctx.save_for_backward(x, weight)
         if eager.now(x.shape[:-1] + weight.shape[:1], x.device) and type(bias) in _PLAIN:
-            out = eager.matmul(x.array, weight.array.T)
-            return eager.wrap(out if bias is None else out + bias.array)
+            return eager.wrap(eager.linear(x.array, weight.array,
+                                           None if bias is None else bias.array))
         out = realize(Dot(x, weight.transpose(0, 1)))
         return out if bias is None else out + bias
 
