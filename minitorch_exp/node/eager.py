@@ -206,30 +206,15 @@ def wrap(arr) -> Tensor:
     return t
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b``, C-ordered where ``b`` is a transposed C-ordered matrix (``_product``)."""
-    return linear(a, b.T) if _transposed_weight(a, b) else blas.matmul(a, b)
-
-
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """``x @ weight.T + bias`` (``bias`` may be None), C-ordered as a product's result is
-    in PyTorch (so ``.view`` works on it). For a C-ordered 2-D ``x`` and ``weight`` --
-    every linear layer -- the product is computed as ``(weight @ x.T).T``, which OpenBLAS
-    runs up to 1.5x faster (docs/eager.md), and copied to C order in the pass that adds
-    the bias."""
-    if not _transposed_weight(x, weight.T):
-        out = blas.matmul(x, weight.T)
-        return out if bias is None else out + bias
-    product = blas.matmul(weight, x.T).T
+    in PyTorch (so ``.view`` works on it): ``blas.matmul`` gives it so."""
+    out = blas.matmul(x, weight.T)
     if bias is None:
-        return np.ascontiguousarray(product)
-    return np.add(product, bias, out=np.empty(product.shape, np.result_type(product, bias)))
-
-
-def _transposed_weight(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether ``a @ b`` is a C-ordered matrix times a transposed C-ordered one."""
-    return (a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous and b.flags.f_contiguous
-            and not b.flags.c_contiguous)
+        return out
+    if np.result_type(out, bias) != out.dtype:
+        return out + bias
+    return np.add(out, bias, out=out)  # out is the product's own new array
 
 
 _SAVERS = {"=": np.copyto, "+=": np.add, "-=": np.subtract, "*=": np.multiply,
@@ -389,7 +374,7 @@ def _eval(e) -> np.ndarray:
     elif t is Reduce and _folds(e.reduction, e.axes):
         out = _fold(e.reduction, _eval(e.x), e.x.shape, e.axes, True).reshape(e.shape)
     elif t is Dot:
-        out = matmul(np.asarray(_eval(e.a)), np.asarray(_eval(e.b)))
+        out = blas.matmul(np.asarray(_eval(e.a)), np.asarray(_eval(e.b)))
     elif t is ViewExp:
         base = e.base.realized if e.base.realized is not None else wrap(_eval(e.base))
         out = e.fn(base).array.copy()  # a view of memory that may be another's

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from ..tensor import capture, creation, dtypes
+from ..tensor import blas, capture, creation, dtypes
 from ..tensor.device import CPU
 from ..tensor.engine import evaluate_copy
 from ..tensor.expr import Dot, Exp, Reduce, apply_op, as_exp
@@ -601,10 +601,10 @@ def _linear_grads_now(g: np.ndarray, x: Tensor, weight: Tensor, needs) -> tuple:
     weight's gradient kept a lazy product where it is large, so that backward writes it
     straight into the weight's gradient buffer (no temporary the size of the weight)."""
     rows = g.reshape(-1, weight.shape[0])  # every leading index is one row
-    gx = eager.matmul(g, weight.array) if needs[0] else None
+    gx = blas.matmul(g, weight.array) if needs[0] else None
     gw = None
     if needs[1] and eager.now(weight.shape, weight.device):
-        gw = eager.matmul(rows.T, x.array.reshape(-1, x.shape[-1]))
+        gw = blas.matmul(rows.T, x.array.reshape(-1, x.shape[-1]))
     elif needs[1]:
         gw = Dot(eager.wrap(rows).transpose(0, 1), x.reshape(-1, x.shape[-1]))
     if len(needs) == 2:  # no bias

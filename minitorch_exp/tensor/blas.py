@@ -53,6 +53,13 @@ _BLAS_SERIAL_BELOW = 1 << 18
 ROW_ALIGN = 16
 #: CBLAS's enums: row-major storage, an operand as stored or transposed.
 ROW_MAJOR, AS_STORED, TRANSPOSED = 101, 111, 112
+#: The tiles OpenBLAS's small-matrix kernels compute (``small_tile``), and the CPUs
+#: whose OpenBLAS kernels have them (threadpoolctl's ``architecture``).
+SMALL_TILE = 32
+SMALL_WORK = 100 ** 3  # multiply-adds: the most the small-matrix kernels take
+SMALL_MIN_WORK, SMALL_MAX_WORK = 1 << 20, 1 << 26  # multiply-adds (``small_tile``)
+SMALL_MIN_TERMS = 128  # the shortest sums of ``x @ W.T`` (``small_tile``)
+SMALL_KERNEL_CPUS = frozenset({"SkylakeX", "Cooperlake", "SapphireRapids"})
 
 
 _env = os.environ.get("MINITORCH_BLAS_PARALLEL_MIN", "").strip()
@@ -91,82 +98,142 @@ def _pool():
 
 
 def matmul(a, b, out=None):
-    """``np.matmul(a, b, out=out)``: on one BLAS thread, in blocks shared between the
-    pool's count of threads from ``parallel_min()`` multiply-adds on."""
+    """``np.matmul(a, b, out=out)`` on one BLAS thread; a plain 2-D float product large
+    enough is computed in tiles (``_tiles``), shared between the pool's count of
+    threads."""
     work = _work(a, b)
     if work < _BLAS_SERIAL_BELOW or _state["min"] == 0:
         return np.matmul(a, b, out=out)
     pool = _pool()
     threads = pool.get_num_threads() if pool is not None else 1
-    if threads == 1:
-        return np.matmul(a, b, out=out)
-    cut = _blocks(a, b, out, threads) if work >= _state["min"] else None
-    pool.set_num_threads(1)
+    cut = _cut(a, b, out, threads, work)
+    if threads > 1:
+        pool.set_num_threads(1)
     try:
         if cut is None:
-            return np.matmul(a, b, out=out)
-        out, blocks = cut
-        _gemm().run(blocks, out.dtype == np.float64)
+            return _whole(a, b, out)
+        out = np.empty((a.shape[0], b.shape[1]), a.dtype) if out is None else out
+        _gemm().run(a, b, out, *cut)
         return out
     finally:
-        pool.set_num_threads(threads)
+        if threads > 1:
+            pool.set_num_threads(threads)
 
 
-def row_blocks(rows: int, threads: int) -> tuple[int, ...] | None:
-    """Where ``threads`` blocks of ``rows`` rows (or columns) start and end: as even as
-    ``ROW_ALIGN`` allows, every block but the last a multiple of it; None when there
-    are too few for two blocks. Depends on its arguments only."""
-    count = min(threads, rows // ROW_ALIGN)
+def _whole(a, b, out):
+    """``a @ b`` in one BLAS call. A C-ordered ``a`` times a transposed C-ordered ``b``
+    -- ``x @ W.T``, a linear layer -- with a result at least twice as wide as tall is
+    computed as ``(b.T @ a.T).T``, which OpenBLAS runs up to 1.8x faster (a (32, 784)
+    @ (784, 256) product: 155 us against 221), and copied to C order, as np.matmul's
+    result is (so ``.view`` works on it). Narrower results lose that way (a (512, 64)
+    @ (64, 64) one: 129 us against 47)."""
+    if out is None and _transposed_weight(a, b) and b.shape[1] >= 2 * a.shape[0]:
+        return np.ascontiguousarray(np.matmul(b.T, a.T).T)
+    return np.matmul(a, b, out=out)
+
+
+def _transposed_weight(a, b) -> bool:
+    return (a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous and b.flags.f_contiguous
+            and not b.flags.c_contiguous)
+
+
+def span(n: int, threads: int) -> int | None:
+    """The rows (or columns) of each of at most ``threads`` tiles across ``n``: as even as
+    ``ROW_ALIGN`` allows, a multiple of it (the last tile takes the rest); None when
+    there are too few for two tiles. Depends on its arguments only."""
+    count = min(threads, n // ROW_ALIGN)
     if count < 2:
         return None
-    step = -(-rows // count // ROW_ALIGN) * ROW_ALIGN  # ceil(rows / count), aligned up
-    starts = range(0, rows, step)
-    return (*starts, rows)
+    return -(-n // count // ROW_ALIGN) * ROW_ALIGN  # ceil(n / count), aligned up
 
 
-def _blocks(a, b, out, threads: int) -> tuple | None:
-    """``out`` (made if None) and the CBLAS calls of ``a @ b`` cut into blocks along the
-    result's longer side, one row of ``Gemm.run``'s table each. Each block packs the
-    operand it does not cut whole, so the smaller operand is the one packed twice
-    (``x @ W.T`` at batch 128: 518 us by rows, 445 us by columns, 642 us on one
-    thread). None: not cut (``_blockable``, or no ``Gemm`` here)."""
-    if not _blockable(a, b, out) or _gemm() is None:
+def _cut(a, b, out, threads: int, work: int) -> tuple | None:
+    """``Gemm.run``'s arguments after the arrays -- how CBLAS reads each operand, and the
+    (rows, columns) of the tiles -- or None: computed whole (not ``_operands``, no
+    ``Gemm`` here, or neither kind of tile):
+
+    * small tiles (``small_tile``), where OpenBLAS has its small-matrix kernels:
+      computed without packing the operands, they are cheap to share out, and the
+      caller alone runs them faster than one whole call (the products of an MLP at
+      batch 32-128: 0.8-0.95x a whole call's time on one thread, 0.4-0.5x on two;
+      ``benchmarks/bench_blas.py``);
+    * else a product of at least ``parallel_min()`` multiply-adds is cut along the
+      result's longer side into one tile per thread. Each packs the operand it does
+      not cut whole, so the smaller operand is the one packed twice (``x @ W.T`` at
+      batch 128: 518 us by rows, 445 us by columns, 642 us on one thread).
+    """
+    if work < SMALL_MIN_WORK and work < _state["min"]:
         return None
-    rows, cols = a.shape[0], b.shape[1]
-    bounds = row_blocks(max(rows, cols), threads)
-    if bounds is None:
+    gemm = _gemm()
+    operands = _operands(a, b, out) if gemm is not None else None
+    if operands is None:
         return None
-    if out is None:
-        out = np.empty((rows, cols), a.dtype)
-    (trans_a, lda), (trans_b, ldb) = _as_cblas(a), _as_cblas(b)
-    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
-    ldc = out.strides[0] // out.itemsize
-    table = np.empty((len(bounds) - 1, 11), np.int64)
-    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-        if rows >= cols:  # rows lo:hi of a and of the result
-            shape, at = (hi - lo, cols), (pa + lo * a.strides[0], pb, pc + lo * out.strides[0])
-        else:  # columns lo:hi of b and of the result
-            shape, at = (rows, hi - lo), (pa, pb + lo * b.strides[1], pc + lo * out.strides[1])
-        table[i] = (trans_a, trans_b, *shape, a.shape[1], at[0], lda, at[1], ldb, at[2], ldc)
-    return out, table
+    (trans_a, lda), (trans_b, ldb) = operands
+    (rows, k), cols = a.shape, b.shape[1]
+    tiles = None
+    if gemm.small_kernels and work >= SMALL_MIN_WORK:
+        tiles = small_tile(rows, k, cols, a.dtype, (trans_a, trans_b))
+    if tiles is None and threads > 1 and work >= _state["min"]:
+        tiles = _blocks(rows, cols, threads)
+    return None if tiles is None else (trans_a, lda, trans_b, ldb, *tiles)
 
 
-def _blockable(a, b, out) -> bool:
-    """A plain 2-D float32 or float64 product, not a matrix-vector one, whose operands
-    CBLAS can read as they lie (``_as_cblas``), and whose ``out`` (if any) has the
+def _blocks(rows: int, cols: int, threads: int) -> tuple[int, int] | None:
+    """One tile per thread along the longer side of a ``(rows, cols)`` result."""
+    if rows >= cols:
+        step = span(rows, threads)
+        return None if step is None else (step, cols)
+    step = span(cols, threads)
+    return None if step is None else (rows, step)
+
+
+def small_tile(rows: int, k: int, cols: int, dtype, layout: tuple[int, int]
+               ) -> tuple[int, int] | None:
+    """The tile of a float32 ``(rows, k) @ (k, cols)`` product (``layout``: how CBLAS
+    reads each operand) that OpenBLAS's small-matrix kernels compute, or None where
+    whole calls are as fast. Measured on the products of MLPs, convolutions and
+    squares of up to 2^31 multiply-adds (docs/eager.md, "Small tiles"):
+
+    * ``SMALL_TILE`` rows by ``SMALL_TILE`` columns, or 16 where 32 would pass the
+      kernels' ``SMALL_WORK``: 16-column tiles of a 1000-term sum took 0.5x the time
+      of 32-column ones, which take the packing path;
+    * products from ``SMALL_MIN_WORK`` to ``SMALL_MAX_WORK`` multiply-adds: below, the
+      tiles' own cost is not won back; above, a whole call reuses its packed
+      operands over many tiles (a (1024, 256) @ (256, 1024) product took 1.3-1.9x a
+      whole call's time in small tiles);
+    * where only the second operand is transposed (``x @ W.T``), sums of at least
+      ``SMALL_MIN_TERMS`` terms: shorter ones lost to a whole call (``(4096, 64) @
+      (64, 64)``: 1.2x its time); both transposed: never (its kernels' own rule).
+    """
+    if dtype != np.float32 or rows <= SMALL_TILE and cols <= SMALL_TILE:
+        return None
+    if layout == (TRANSPOSED, TRANSPOSED) or (
+            layout == (AS_STORED, TRANSPOSED) and k < SMALL_MIN_TERMS):
+        return None
+    width = SMALL_TILE if SMALL_TILE * SMALL_TILE * k <= SMALL_WORK else 16
+    if SMALL_TILE * width * k > SMALL_WORK or rows * k * cols > SMALL_MAX_WORK:
+        return None
+    return SMALL_TILE, width
+
+
+def _operands(a, b, out) -> tuple | None:
+    """How CBLAS reads ``a`` and ``b`` in place (``_as_cblas``), for a plain 2-D float32
+    or float64 product, not a matrix-vector one, whose ``out`` (if any) has the
     result's shape and dtype, rows of unit stride, and shares no memory with an
-    operand: writing one block cannot change what another reads."""
+    operand (writing one tile cannot change what another reads); else None."""
     if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype not in _REALS:
-        return False
+        return None
     if a.shape[1] != b.shape[0] or a.shape[0] < 2 or b.shape[1] < 2:
-        return False  # a mismatch: np.matmul says so; one row or column: BLAS's gemv
-    if _as_cblas(a) is None or _as_cblas(b) is None:
-        return False
-    if out is None:
-        return True
-    return (out.shape == (a.shape[0], b.shape[1]) and out.dtype == a.dtype
+        return None  # a mismatch: np.matmul says so; one row or column: BLAS's gemv
+    operands = _as_cblas(a), _as_cblas(b)
+    if None in operands:
+        return None
+    if out is None or (
+            out.shape == (a.shape[0], b.shape[1]) and out.dtype == a.dtype
             and _as_cblas(out) == (AS_STORED, out.strides[0] // out.itemsize)
-            and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
+            and not np.may_share_memory(out, a) and not np.may_share_memory(out, b)):
+        return operands
+    return None
 
 
 _REALS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -175,9 +242,17 @@ _REALS = (np.dtype(np.float32), np.dtype(np.float64))
 def _as_cblas(m) -> tuple[int, int] | None:
     """How CBLAS reads the 2-D array ``m`` in place: as stored (unit stride along rows)
     or transposed (along columns), and its leading dimension; None when neither."""
-    if not m.flags.aligned or any(s % m.itemsize for s in m.strides):
+    flags = m.flags
+    if not flags.aligned:
         return None
-    (s0, s1), (rows, cols) = (s // m.itemsize for s in m.strides), m.shape
+    rows, cols = m.shape
+    if flags.c_contiguous:
+        return AS_STORED, max(1, cols)
+    if flags.f_contiguous:
+        return TRANSPOSED, max(1, rows)
+    if any(s % m.itemsize for s in m.strides):
+        return None
+    s0, s1 = (s // m.itemsize for s in m.strides)
     if s1 == 1 and s0 >= max(1, cols):
         return AS_STORED, s0
     if s0 == 1 and s1 >= max(1, rows):
@@ -187,6 +262,8 @@ def _as_cblas(m) -> tuple[int, int] | None:
 
 def _work(a, b) -> int:
     """Multiply-adds of ``a @ b`` (batched and 1-D operands as ``np.matmul`` reads them)."""
+    if a.ndim == 2 and b.ndim == 2:
+        return a.shape[0] * a.shape[1] * b.shape[1]
     if a.ndim == 0 or b.ndim == 0:
         return 0
     rows = a.shape[-2] if a.ndim > 1 else 1
@@ -196,34 +273,58 @@ def _work(a, b) -> int:
 
 
 class Gemm:
-    """``cblas_sgemm`` and ``cblas_dgemm`` of the BLAS library NumPy calls, and ``run``:
-    a compiled loop that computes the rows of a table of their arguments (``_blocks``)
-    on numba's threads, without the GIL."""
+    """``cblas_sgemm`` and ``cblas_dgemm`` of the BLAS library NumPy calls, and ``run``: a
+    compiled loop that computes a product tile by tile on numba's threads, without
+    the GIL. ``small_kernels``: OpenBLAS has its small-matrix kernels here.
 
-    def __init__(self, sgemm, dgemm, blasint):
-        import numba
+    ``run(a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols)`` takes the
+    arrays themselves (compiled for any layout, so a call costs no pointer lookups
+    in Python) and how CBLAS reads each operand (``_as_cblas``); each tile is one
+    CBLAS call on the tile's first row and column of ``a``, ``b`` and ``out``."""
 
+    def __init__(self, sgemm, dgemm, blasint, small_kernels: bool):
         for fn, real in ((sgemm, ctypes.c_float), (dgemm, ctypes.c_double)):
             fn.restype = None
             fn.argtypes = [ctypes.c_int] * 3 + [blasint] * 3 + [
                 real, ctypes.c_void_p, blasint, ctypes.c_void_p, blasint, real,
                 ctypes.c_void_p, blasint]
+        self._gemms = {np.dtype(np.float32): sgemm, np.dtype(np.float64): dgemm}
+        self._blasint = blasint
+        self._runs: dict = {}
+        self.small_kernels = small_kernels
+
+    def run(self, a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols) -> None:
+        compiled = self._runs.get(a.dtype)
+        if compiled is None:
+            compiled = self._runs[a.dtype] = self._compile(a.dtype)
+        compiled(a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols)
+
+    def _compile(self, dtype):
+        """The tile loop for ``dtype``, compiled once for arrays of any layout (a call
+        with C- or Fortran-ordered arrays converts, it does not compile again)."""
+        import numba
+
+        gemm = self._gemms[dtype]
         cint = numba.int32
-        bint = numba.int64 if blasint is ctypes.c_int64 else numba.int32
-        one, zero = np.float32(1.0), np.float32(0.0)
+        bint = numba.int64 if self._blasint is ctypes.c_int64 else numba.int32
+        one, zero = dtype.type(1.0), dtype.type(0.0)
+        matrix = numba.from_dtype(dtype)[:, :]
+        whole = numba.int64
 
-        @numba.njit(nogil=True, parallel=True)
-        def run(table, double):
-            for i in numba.prange(table.shape[0]):
-                ta, tb, m, n, k, pa, lda, pb, ldb, pc, ldc = table[i]
-                if double:
-                    dgemm(cint(ROW_MAJOR), cint(ta), cint(tb), bint(m), bint(n), bint(k),
-                          1.0, pa, bint(lda), pb, bint(ldb), 0.0, pc, bint(ldc))
-                else:
-                    sgemm(cint(ROW_MAJOR), cint(ta), cint(tb), bint(m), bint(n), bint(k),
-                          one, pa, bint(lda), pb, bint(ldb), zero, pc, bint(ldc))
+        def run(a, b, out, ta, lda, tb, ldb, tile_rows, tile_cols):
+            rows, k, cols = a.shape[0], a.shape[1], b.shape[1]
+            across = (cols + tile_cols - 1) // tile_cols
+            pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+            ldc = out.strides[0] // out.itemsize
+            for t in numba.prange((rows + tile_rows - 1) // tile_rows * across):
+                r0, c0 = t // across * tile_rows, t % across * tile_cols
+                m, n = min(tile_rows, rows - r0), min(tile_cols, cols - c0)
+                gemm(cint(ROW_MAJOR), cint(ta), cint(tb), bint(m), bint(n), bint(k), one,
+                     pa + r0 * a.strides[0], bint(lda), pb + c0 * b.strides[1], bint(ldb),
+                     zero, pc + r0 * out.strides[0] + c0 * out.strides[1], bint(ldc))
 
-        self.run = run
+        signature = numba.void(matrix, matrix, matrix, *[whole] * 6)
+        return numba.njit(signature, nogil=True, parallel=True)(run)
 
     @classmethod
     def find(cls) -> Gemm | None:
@@ -245,7 +346,8 @@ class Gemm:
         blasint = ctypes.c_int64 if b"USE64BITINT" in config() else ctypes.c_int32
         if _numba_layer() == "workqueue":
             return None
-        return cls(sgemm, dgemm, blasint)
+        small = getattr(pool, "architecture", None) in SMALL_KERNEL_CPUS
+        return cls(sgemm, dgemm, blasint, small)
 
 
 def _numba_layer() -> str:

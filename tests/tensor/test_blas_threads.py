@@ -87,20 +87,20 @@ def test_small_products_leave_the_pool_alone(pool):
 
 
 def test_a_large_product_runs_in_blocks_on_one_blas_thread(pool, gemm, monkeypatch):
-    """2^24 multiply-adds, 4 threads: four 64-row blocks, each a one-thread BLAS call."""
+    """2^24 multiply-adds in float64, 4 threads: four tiles of 64 rows, each a one-thread
+    BLAS call."""
     recorder = RecordingGemm(gemm)
     monkeypatch.setitem(blas._state, "gemm", recorder)
     a, b = np.ones((256, 256)), np.ones((256, 256))
     np.testing.assert_array_equal(blas.matmul(a, b), np.full((256, 256), 256.0))
     assert pool.history == [1, 4]
-    (table,) = recorder.tables
-    assert table[:, 2].tolist() == [64] * 4 and table[:, 3].tolist() == [256] * 4  # m, n
-    assert np.diff(table[:, 5]).tolist() == [64 * 256 * 8] * 3  # a's rows, in bytes
+    (cut,) = recorder.cuts
+    assert cut == (blas.AS_STORED, 256, blas.AS_STORED, 256, 64, 256)
 
 
 def test_a_wide_product_is_cut_by_columns(pool, gemm, monkeypatch):
     """Wider than tall (x @ W.T at batch 128): columns, so the smaller operand is the
-    one each block packs whole."""
+    one each tile packs whole."""
     recorder = RecordingGemm(gemm)
     monkeypatch.setitem(blas._state, "gemm", recorder)
     rng = np.random.default_rng(3)
@@ -108,10 +108,98 @@ def test_a_wide_product_is_cut_by_columns(pool, gemm, monkeypatch):
     out = np.empty((128, 256))
     assert blas.matmul(a, b, out=out) is out
     np.testing.assert_allclose(out, a @ b, rtol=1e-12, atol=1e-12)
-    (table,) = recorder.tables
-    assert table[:, 2].tolist() == [128] * 4 and table[:, 3].tolist() == [64] * 4
-    assert set(table[:, 5]) == {a.ctypes.data}  # every block reads all of a
-    assert np.diff(table[:, 9]).tolist() == [64 * 8] * 3  # and writes 64 columns of out
+    (cut,) = recorder.cuts
+    assert cut[-2:] == (128, 64)
+
+
+@pytest.mark.parametrize(("sa", "sb"), [((32, 784), (784, 256)), ((128, 256), (256, 784)),
+                                        ((128, 256), (256, 512))])
+def test_float32_products_run_in_small_tiles_with_the_same_bits_on_any_thread_count(sa, sb,
+                                                                                  gemm):
+    """Where OpenBLAS has its small-matrix kernels, float32 products of an MLP run in
+    32 x 32 tiles, on one thread too; the tiles do not depend on the thread count, so
+    neither do the bits."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if not gemm.small_kernels:
+        pytest.skip("this OpenBLAS has no small-matrix kernels")
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = np.asfortranarray(rng.standard_normal(sb).astype(np.float32))  # x @ W.T's layout
+    assert _tiles(a, b, 1) == (32, 32)
+    got = []
+    for threads in (1, 2, 4):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            got.append(blas.matmul(a, b))
+    np.testing.assert_array_equal(got[0], got[1])
+    np.testing.assert_array_equal(got[0], got[2])
+    np.testing.assert_array_equal(got[0], _tiled(a, b, (32, 32)))
+    np.testing.assert_allclose(got[0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+def _tiles(a, b, threads: int):
+    """The (rows, columns) of the tiles ``blas.matmul`` cuts ``a @ b`` into on
+    ``threads`` threads, or None: whole."""
+    cut = blas._cut(a, b, None, threads, blas._work(a, b))
+    return None if cut is None else cut[-2:]
+
+
+@pytest.mark.parametrize(("shape", "layout", "tile"), [
+    ((32, 784, 256), "NT", (32, 32)),     # x @ W.T of an MLP at batch 32
+    ((256, 32, 784), "TN", (32, 32)),     # g.T @ x: short sums are fine here
+    ((32, 256, 784), "NN", (32, 32)),     # g @ W
+    ((64, 1000, 100), "NT", (32, 16)),    # 32 x 32 x 1000 would pass the kernels' bound
+    ((64, 2000, 100), "NT", None),        # even 32 x 16 would
+    ((4096, 64, 64), "NT", None),         # x @ W.T with short sums: whole is faster
+    ((4096, 64, 64), "NN", (32, 32)),
+    ((128, 256, 128), "TT", None),        # both transposed: never
+    ((32, 32, 32), "NN", None),           # one tile
+    ((64, 100, 100), "NN", None),         # 640K multiply-adds: below SMALL_MIN_WORK
+    ((1024, 256, 1024), "NN", None),      # 268M: above SMALL_MAX_WORK
+])
+def test_which_float32_products_take_small_tiles(shape, layout, tile, gemm, monkeypatch):
+    """The measured rule (``blas.small_tile``), through ``_cut`` on one thread."""
+    monkeypatch.setattr(gemm, "small_kernels", True)
+    rows, k, cols = shape
+    a = np.zeros((rows, k) if layout[0] == "N" else (k, rows), np.float32)
+    b = np.zeros((k, cols) if layout[1] == "N" else (cols, k), np.float32)
+    a, b = (a if layout[0] == "N" else a.T), (b if layout[1] == "N" else b.T)
+    assert _tiles(a, b, 1) == tile
+    assert _tiles(a.astype(np.float64), b.astype(np.float64), 1) is None  # float32 only
+
+
+def test_without_small_kernels_one_thread_computes_whole(gemm, monkeypatch):
+    monkeypatch.setattr(gemm, "small_kernels", False)
+    a, b = np.zeros((32, 784), np.float32), np.zeros((784, 256), np.float32)
+    assert _tiles(a, b, 1) is None
+
+
+@pytest.mark.parametrize(("rows", "k", "cols"), [(32, 784, 256), (512, 64, 64), (16, 512, 512),
+                                                 (128, 256, 10)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_linear_layer_s_product_computed_whole_is_numpy_s_in_c_order(rows, k, cols, dtype):
+    """``x @ W.T`` whole -- by ``(W @ x.T).T`` where the result is wide, else as it is --
+    gives NumPy's values in C order (so ``.view`` works on it, as in PyTorch)."""
+    rng = np.random.default_rng(rows + cols)
+    x, w = (rng.standard_normal(shape).astype(dtype) for shape in ((rows, k), (cols, k)))
+    got = blas._whole(x, w.T, None)
+    assert got.flags.c_contiguous and got.dtype == dtype
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w.T, rtol=tol, atol=tol * k)
+
+
+def _tiled(a, b, tiles):
+    """``a @ b`` computed tile by tile with NumPy on one BLAS thread (``tiles``: a tile's
+    rows and columns; None: whole)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        if tiles is None:
+            return np.matmul(a, b)
+        out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+        tr, tc = tiles
+        for r in range(0, a.shape[0], tr):
+            for c in range(0, b.shape[1], tc):
+                out[r:r + tr, c:c + tc] = a[r:r + tr] @ b[:, c:c + tc]
+        return out
 
 
 def test_the_pool_comes_back_when_the_product_fails(pool):
@@ -144,26 +232,25 @@ def test_the_real_pool_is_found_and_restored():
 
 
 class RecordingGemm:
-    """The real blocks runner, recording each product's table of CBLAS calls."""
+    """The real tile runner, recording how each product was cut."""
 
     def __init__(self, real):
-        self.real, self.tables = real, []
+        self.real, self.cuts = real, []
+        self.small_kernels = real.small_kernels
 
-    def run(self, table, double):
-        self.tables.append(table.copy())
-        self.real.run(table, double)
+    def run(self, a, b, out, *cut):
+        self.cuts.append(cut)
+        self.real.run(a, b, out, *cut)
 
 
 @given(st.integers(0, 5000), st.integers(1, 64))
-def test_row_blocks_cover_the_rows_at_aligned_starts(rows, threads):
-    bounds = blas.row_blocks(rows, threads)
-    if bounds is None:
-        assert min(threads, rows // blas.ROW_ALIGN) < 2
+def test_a_span_cuts_n_into_at_most_threads_aligned_tiles(n, threads):
+    step = blas.span(n, threads)
+    if step is None:
+        assert min(threads, n // blas.ROW_ALIGN) < 2
         return
-    assert bounds[0] == 0 and bounds[-1] == rows
-    assert 2 <= len(bounds) - 1 <= threads
-    assert all(lo < hi for lo, hi in zip(bounds, bounds[1:]))
-    assert all(lo % blas.ROW_ALIGN == 0 for lo in bounds[:-1])
+    tiles = -(-n // step)
+    assert 2 <= tiles <= threads and step % blas.ROW_ALIGN == 0 and (tiles - 1) * step < n
 
 
 MLP_PRODUCTS = [((128, 784), (784, 256)), ((256, 128), (128, 784)), ((784, 128), (128, 256)),
@@ -174,8 +261,8 @@ MLP_PRODUCTS = [((128, 784), (784, 256)), ((256, 128), (128, 784)), ((784, 128),
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("sa", "sb"), MLP_PRODUCTS)
 def test_shared_blocks_give_the_bits_of_one_thread_running_them(sa, sb, dtype, threads):
-    """Whichever thread takes a block, the product has the bits of one BLAS thread
-    running the same blocks in turn -- also for transposed operands and into ``out``
+    """Whichever thread takes a tile, the product has the bits of one BLAS thread
+    running the same tiles in turn -- also for transposed operands and into ``out``
     -- so how busy the machine is never changes a run's numbers."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
     if blas._pool() is None:
@@ -183,24 +270,16 @@ def test_shared_blocks_give_the_bits_of_one_thread_running_them(sa, sb, dtype, t
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
     at, bt = np.asfortranarray(a), np.asfortranarray(b)  # transposed storage: other kernels
-    bounds = blas.row_blocks(max(sa[0], sb[1]), threads)
-    spans = [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
     saved = blas.parallel_min()
     blas.set_parallel_min(1 << 18)  # every product here is shared
     try:
-        with threadpoolctl.threadpool_limits(1, user_api="blas"):
-            if sa[0] >= sb[1]:  # cut by rows, else by columns (the longer side)
-                want, want_t = ([x[s] @ y for s in spans] for x, y in ((a, b), (at, bt)))
-                joined = 0
-            else:
-                want, want_t = ([x @ y[:, s] for s in spans] for x, y in ((a, b), (at, bt)))
-                joined = 1
+        want, want_t = (_tiled(x, y, _tiles(x, y, threads)) for x, y in ((a, b), (at, bt)))
         with threadpoolctl.threadpool_limits(threads, user_api="blas"):
             out = np.empty((sa[0], sb[1]), dtype)
             assert blas.matmul(a, b, out=out) is out
             for got in (out, *(blas.matmul(a, b) for _ in range(5))):
-                np.testing.assert_array_equal(got, np.concatenate(want, joined))
-            np.testing.assert_array_equal(blas.matmul(at, bt), np.concatenate(want_t, joined))
+                np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(blas.matmul(at, bt), want_t)
     finally:
         blas.set_parallel_min(saved)
 

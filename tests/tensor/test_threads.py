@@ -31,9 +31,12 @@ def test_one_thread_reaches_numba_and_blas(restored):
 
 
 def test_a_product_with_one_thread_is_not_shared(restored, monkeypatch):
-    """One thread: a product large enough to be shared runs whole, in no blocks."""
+    """One thread: a float64 product large enough to be shared runs whole, in no tiles
+    (small-matrix tiles are float32's)."""
     class NoBlocks:
-        def run(self, table, double):
+        small_kernels = True
+
+        def run(self, *args):
             raise AssertionError("a product was shared with one thread set")
 
     mt.set_num_threads(1)
