@@ -113,7 +113,7 @@ def matmul(a, b, out=None):
         if cut is None:
             return _whole(a, b, out)
         out = np.empty((a.shape[0], b.shape[1]), a.dtype) if out is None else out
-        _gemm().run(a, b, out, *cut)
+        _gemm().run(a, b, out, *cut, threads=threads)
         return out
     finally:
         if threads > 1:
@@ -274,8 +274,10 @@ def _work(a, b) -> int:
 
 class Gemm:
     """``cblas_sgemm`` and ``cblas_dgemm`` of the BLAS library NumPy calls, and ``run``: a
-    compiled loop that computes a product tile by tile on numba's threads, without
-    the GIL. ``small_kernels``: OpenBLAS has its small-matrix kernels here.
+    compiled loop that computes a product tile by tile, without the GIL, on numba's
+    threads where the BLAS pool has more than one (``threads``: tiles are never
+    shared beyond the count the user gave BLAS). ``small_kernels``: OpenBLAS has its
+    small-matrix kernels here.
 
     ``run(a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols)`` takes the
     arrays themselves (compiled for any layout, so a call costs no pointer lookups
@@ -293,15 +295,19 @@ class Gemm:
         self._runs: dict = {}
         self.small_kernels = small_kernels
 
-    def run(self, a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols) -> None:
-        compiled = self._runs.get(a.dtype)
+    def run(self, a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols,
+            threads: int = 1) -> None:
+        key = (a.dtype, threads > 1)
+        compiled = self._runs.get(key)
         if compiled is None:
-            compiled = self._runs[a.dtype] = self._compile(a.dtype)
+            compiled = self._runs[key] = self._compile(*key)
         compiled(a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols)
 
-    def _compile(self, dtype):
+    def _compile(self, dtype, parallel: bool):
         """The tile loop for ``dtype``, compiled once for arrays of any layout (a call
-        with C- or Fortran-ordered arrays converts, it does not compile again)."""
+        with C- or Fortran-ordered arrays converts, it does not compile again): on
+        numba's threads (``parallel``), or on the caller's alone -- the same tiles, so
+        the same bits."""
         import numba
 
         gemm = self._gemms[dtype]
@@ -324,7 +330,7 @@ class Gemm:
                      zero, pc + r0 * out.strides[0] + c0 * out.strides[1], bint(ldc))
 
         signature = numba.void(matrix, matrix, matrix, *[whole] * 6)
-        return numba.njit(signature, nogil=True, parallel=True)(run)
+        return numba.njit(signature, nogil=True, parallel=parallel)(run)
 
     @classmethod
     def find(cls) -> Gemm | None:

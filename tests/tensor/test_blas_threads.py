@@ -167,6 +167,23 @@ def test_which_float32_products_take_small_tiles(shape, layout, tile, gemm, monk
     assert _tiles(a.astype(np.float64), b.astype(np.float64), 1) is None  # float32 only
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+def test_small_tiles_are_shared_only_where_blas_has_several_threads(threads, gemm, monkeypatch):
+    """The BLAS pool's count bounds the threads a product uses: with one BLAS thread its
+    tiles run on the caller's thread alone, whatever numba's count, in the loop
+    compiled without numba's threads."""
+    monkeypatch.setattr(gemm, "small_kernels", True)
+    recorder = RecordingGemm(gemm)
+    monkeypatch.setitem(blas._state, "gemm", recorder)
+    monkeypatch.setitem(blas._state, "pool", FakePool(threads))
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((64, 784)).astype(np.float32), rng.standard_normal((784, 256))
+    got = blas.matmul(a, b.astype(np.float32))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    assert recorder.cuts[0][-2:] == (32, 32) and recorder.threads == [threads]
+    assert (np.dtype(np.float32), threads > 1) in gemm._runs
+
+
 def test_without_small_kernels_one_thread_computes_whole(gemm, monkeypatch):
     monkeypatch.setattr(gemm, "small_kernels", False)
     a, b = np.zeros((32, 784), np.float32), np.zeros((784, 256), np.float32)
@@ -235,12 +252,13 @@ class RecordingGemm:
     """The real tile runner, recording how each product was cut."""
 
     def __init__(self, real):
-        self.real, self.cuts = real, []
+        self.real, self.cuts, self.threads = real, [], []
         self.small_kernels = real.small_kernels
 
-    def run(self, a, b, out, *cut):
+    def run(self, a, b, out, *cut, threads):
         self.cuts.append(cut)
-        self.real.run(a, b, out, *cut)
+        self.threads.append(threads)
+        self.real.run(a, b, out, *cut, threads=threads)
 
 
 @given(st.integers(0, 5000), st.integers(1, 64))
