@@ -35,7 +35,8 @@ class _Depth(threading.local):
     depth = 0
 
 
-_state = _Depth()
+#: ``this_thread.depth``: ``is_anomaly_enabled()`` without a call (node/ops.py's ``_now``).
+this_thread = _Depth()
 
 
 class AnomalyError(RuntimeError):
@@ -46,16 +47,16 @@ class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801 - used like a f
     """Context manager (and decorator): check every forward and backward value for NaN/Inf."""
 
     def __enter__(self):
-        _state.depth += 1
+        this_thread.depth += 1
         return self
 
     def __exit__(self, *exc):
-        _state.depth -= 1
+        this_thread.depth -= 1
         return False
 
 
 def is_anomaly_enabled() -> bool:
-    return _state.depth > 0
+    return this_thread.depth > 0
 
 
 # ---- where in the user's code ----------------------------------------------------

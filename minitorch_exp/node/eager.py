@@ -35,7 +35,6 @@ from ..tensor.engine import realize as fuse
 from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
 from ..tensor.layout import Layout, contiguous
 from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef
-from ..tensor.storage import Storage
 from ..tensor.tensor import Tensor
 from .grad_mode import _modes
 
@@ -174,7 +173,12 @@ def apply_row(row: OpDef, operands: tuple, dtype: np.dtype) -> tuple[Tensor, np.
         result = np.asarray(result)  # two 0-d operands give a NumPy scalar
     if result.dtype is not dtype:
         return None
-    return wrap(result), result
+    if not result.flags.c_contiguous:
+        return wrap(result), result
+    layout = _LAYOUTS.get(result.shape)  # wrap, spelled out for the everyday result
+    if layout is None:
+        layout = _LAYOUTS.keep(result.shape, contiguous(result.shape))
+    return Tensor.owning(result.ravel(), result, layout), result
 
 
 def _result_dtype(row: OpDef, arrays) -> np.dtype:
@@ -200,10 +204,7 @@ def wrap(arr) -> Tensor:
         layout = Layout(arr.shape, tuple([s // arr.itemsize for s in arr.strides]))
     else:
         return wrap(np.ascontiguousarray(arr))
-    flat = arr.ravel(order="K")  # a view: arr is contiguous in one order or the other
-    t = Tensor.__new__(Tensor)
-    t._init_layout(Storage(flat, CPU), layout, arr.dtype, CPU, (flat, arr))  # arr: flat's view
-    return t
+    return Tensor.owning(arr.ravel(order="K"), arr, layout)  # a view: contiguous either way
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

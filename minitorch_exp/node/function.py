@@ -57,8 +57,12 @@ class Context:
         ctx = cls.__new__(cls)
         ctx.fn, ctx.inputs, ctx.needs_input_grad, ctx.attrs = fn, inputs, needs, attrs
         ctx._saved, ctx.arrays = saved, arrays
-        ctx._versions = tuple([(v.storage, v.storage.version) for v in saved
-                               if type(v) is Tensor])
+        versions = []
+        for v in saved:  # a loop: cheaper than a comprehension's frame on Python 3.11
+            if type(v) is Tensor:
+                storage = v.storage
+                versions.append((storage, storage.version))
+        ctx._versions = tuple(versions)
         ctx.freed, ctx.where, ctx.keeps_graph, ctx.known_reads = False, None, True, None
         return ctx
 

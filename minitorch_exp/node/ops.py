@@ -35,7 +35,7 @@ from ..tensor.tensor import Tensor, _is_basic_index, from_array
 from . import anomaly, eager, promotion
 from .eager import realize  # at once with NumPy below the fusion threshold, else fused
 from .function import Context, Function, not_a_tensor
-from .grad_mode import is_grad_enabled
+from .grad_mode import _modes, is_grad_enabled
 from .keywords import pytorch_arguments
 from .node import Node, index_key, install_methods
 
@@ -161,9 +161,8 @@ def pair_now(op: str, x, y) -> Node | None:
         return None
     out, oa = made
     node = Node(out)
-    if is_grad_enabled() and ((tx is not None and x.requires_grad)
-                              or (ty is not None and y.requires_grad)):
-        needs = (tx is not None and x.requires_grad, ty is not None and y.requires_grad)
+    needs = (tx is not None and x.requires_grad, ty is not None and y.requires_grad)
+    if (needs[0] or needs[1]) and _modes.grad:
         saved = (x if tx is None else tx, y if ty is None else ty, out)
         attrs = {"op": op, "broadcast": True} if broadcast else {"op": op}
         node.grad_fn = Context.computed(Elementwise, (x, y), needs, attrs, saved, (xa, ya, oa))
@@ -185,7 +184,7 @@ def single_now(op: str, x) -> Node | None:
         return None
     out, oa = made
     node = Node(out)
-    if x.requires_grad and is_grad_enabled():
+    if x.requires_grad and _modes.grad:
         node.grad_fn = Context.computed(Elementwise, (x,), (True,), {"op": op}, (tx, out),
                                         (xa, oa))
         node.requires_grad = True
@@ -196,8 +195,9 @@ def _now(row: OpDef, like: Tensor) -> bool:
     """Whether ``pair_now`` and ``single_now`` compute ``row`` at once on operands like
     ``like``: a built-in row, a float dtype, below the threshold (``eager.now``), and
     no anomaly mode (which checks each op on the general path)."""
-    return (like.dtype.kind == "f" and row.builtin and eager.now(like.shape, like.device)
-            and not anomaly.is_anomaly_enabled())
+    return (like.dtype.kind == "f" and row.builtin and like.device is CPU
+            and math.prod(like.shape) < _modes.threshold and capture.this_thread.rec is None
+            and not anomaly.this_thread.depth)  # eager.now and more, with no call: every op asks
 
 
 def _to_input_shape(grad, value):

@@ -98,30 +98,32 @@ class _Current(threading.local):
     rec: Recording | None = None
 
 
-_current = _Current()
+#: This thread's recording (``this_thread.rec``): ``active()`` without a call, for the
+#: checks every op computed at once makes (node/ops.py's ``_now``).
+this_thread = _Current()
 
 
 def active() -> Recording | None:
     """The recording in progress in the calling thread, or None. The engine and the
     tensor factories ask it before each kernel they launch."""
-    return _current.rec
+    return this_thread.rec
 
 
 @contextlib.contextmanager
 def recording():
     """Record every kernel this thread launches inside the ``with`` block into a new
     Recording (kernels other threads launch meanwhile are not part of it)."""
-    if _current.rec is not None:
+    if this_thread.rec is not None:
         raise CaptureError("a capture is already recording; captures do not nest")
-    _current.rec = rec = Recording()
+    this_thread.rec = rec = Recording()
     try:
         yield rec
     finally:
-        _current.rec = None
+        this_thread.rec = None
 
 
 def is_recording() -> bool:
-    return _current.rec is not None
+    return this_thread.rec is not None
 
 
 def host_op(fn, *written_storages) -> None:
@@ -132,17 +134,17 @@ def host_op(fn, *written_storages) -> None:
     it writes are computed first, while recording, so that replays compute
     them too.
     """
-    rec = _current.rec
+    rec = this_thread.rec
     if rec is None:
         fn()
         return
     for storage in written_storages:
         storage.before_write()
-    _current.rec = None
+    this_thread.rec = None
     try:
         fn()
     finally:
-        _current.rec = rec
+        this_thread.rec = rec
     rec.add(fn, (), *written_storages)
 
 

@@ -246,3 +246,25 @@ def test_len_iter_and_item():
     with pytest.raises(TypeError, match="0-d"):
         len(t[0, 0])
     assert_matches(t[None, ..., None], a[None, ..., None])
+
+
+def test_owning_makes_what_the_constructors_make():
+    """``Tensor.owning`` writes out ``Storage.__init__`` and ``_init_layout`` for speed;
+    every slot of both objects must come out as the constructors set it."""
+    from minitorch_exp.tensor.device import CPU
+    from minitorch_exp.tensor.layout import contiguous
+    from minitorch_exp.tensor.storage import Storage
+    from minitorch_exp.tensor.tensor import Tensor
+
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+    flat, layout = arr.ravel(), contiguous((2, 3))
+    fast = Tensor.owning(flat, arr, layout)
+    slow = Tensor(Storage(flat, CPU), layout)
+    tensor_slots = {s for cls in Tensor.__mro__ for s in getattr(cls, "__slots__", ())}
+    storage_slots = set(Storage.__slots__) - {"__weakref__"}
+    for name in tensor_slots - {"storage", "_array"}:
+        assert getattr(fast, name) == getattr(slow, name), name
+    for name in storage_slots:
+        assert getattr(fast.storage, name) is getattr(slow.storage, name) or (
+            getattr(fast.storage, name) == getattr(slow.storage, name)), name
+    assert fast.array is arr and np.shares_memory(fast.storage.data, arr)
