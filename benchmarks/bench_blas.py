@@ -1,13 +1,17 @@
-"""Matrix products on two threads: OpenBLAS's own threads against blocks
-(``tensor/blas.py``) against one thread, alone and inside the captured MLP step.
+"""Matrix products: OpenBLAS whole (one thread, its own threads) against
+minitorch_exp's tiles and blocks (``tensor/blas.py``), alone and inside the captured
+MLP step.
 
 Each product of an MLP's training step (784-256-10 and 784-512-256-10, batches 32,
-128 and 512) runs three ways, taking turns:
+128 and 512: ``x @ W.T``, ``g @ W`` and ``g.T @ x``) runs four ways, taking turns:
 
-* ``one thread``: OpenBLAS on one thread;
-* ``openblas``: OpenBLAS on the pool's threads, as plain NumPy (``set_parallel_min(0)``);
-* ``blocks``: minitorch_exp's default, one-thread BLAS calls on blocks of rows or
-  columns that numba's threads share (the caller among them).
+* ``one thread``: OpenBLAS on one thread, one whole call (``set_parallel_min(0)``);
+* ``openblas``: OpenBLAS on the pool's threads, as plain NumPy;
+* ``ours, one thread``: minitorch_exp's default with one BLAS thread: small-matrix
+  tiles where they pay (float32 on CPUs whose OpenBLAS has those kernels), else
+  one whole call;
+* ``ours``: minitorch_exp's default on the pool's threads: the tiles, or blocks of
+  rows or columns, shared between numba's threads (the caller among them).
 
 Then the captured 784-256-10 training step at batch 128 under each. ``--load`` runs
 everything beside ``3 x cores`` busy processes, where a thread may wait a timeslice
@@ -33,8 +37,9 @@ from minitorch_exp.tensor import blas
 
 
 def products(arch: list[int], batch: int):
-    """The step's large products, ``(name, a, b)``, laid out as the engine calls BLAS:
-    forward ``x @ W.T`` and the weight gradient ``g.T @ x``."""
+    """The step's products that BLAS would thread, ``(name, a, b)``, laid out as the
+    engine calls BLAS: forward ``x @ W.T``, the input gradient ``g @ W`` and the weight
+    gradient ``g.T @ x``."""
     rng = np.random.default_rng(0)
     found = []
     for n_in, n_out in zip(arch, arch[1:]):
@@ -42,8 +47,9 @@ def products(arch: list[int], batch: int):
         w = rng.standard_normal((n_out, n_in), dtype=np.float32)
         g = rng.standard_normal((batch, n_out), dtype=np.float32)
         found += [(f"x@W.T {batch}x{n_in}x{n_out}", x, w.T),
+                  (f"g@W {batch}x{n_out}x{n_in}", g, w),
                   (f"g.T@x {n_out}x{batch}x{n_in}", g.T, x)]
-    return [p for p in found if blas._work(p[1], p[2]) >= blas.parallel_min()]
+    return [p for p in found if blas._work(p[1], p[2]) >= blas._BLAS_SERIAL_BELOW]
 
 
 def ways(threads: int) -> dict:
@@ -57,7 +63,7 @@ def ways(threads: int) -> dict:
             blas.set_parallel_min(bound)
         return setup
     return {"one thread": setting(1, 0), "openblas": setting(threads, 0),
-            "blocks": setting(threads, None)}
+            "ours, one thread": setting(1, None), "ours": setting(threads, None)}
 
 
 def run(threads: int, min_time: float, name: str) -> Table:
@@ -80,7 +86,7 @@ def run(threads: int, min_time: float, name: str) -> Table:
     times = interleaved_timeit({way: step for way in setups}, 4 * min_time, setups=setups)
     for way, seconds in times.items():
         table.add(way, "captured step 784-256-10 b128", seconds)
-    ways(threads)["blocks"]()
+    ways(threads)["ours"]()
     return table
 
 

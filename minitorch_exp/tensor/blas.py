@@ -1,4 +1,4 @@
-"""Matrix products through BLAS, shared between threads by blocks of rows or columns.
+"""Matrix products through BLAS, on one BLAS thread, in tiles shared between threads.
 
 OpenBLAS's own threads split a product and wait for the last of them. On a busy
 machine (other processes wanting the cores) a thread waits a timeslice for its
@@ -8,29 +8,31 @@ slower on two OpenBLAS threads than on one beside three busy processes per core
 its sums come out in other bits: a choice of threads that followed the machine's
 load would make a run's numbers depend on what else the machine was doing.
 
-So BLAS itself runs on one thread here, and a product of at least
-``parallel_min()`` multiply-adds is cut into blocks -- one per thread of the BLAS
-pool's count, each a multiple of ``ROW_ALIGN`` rows (or columns, when the result is
-wider than tall). A compiled loop (``Gemm.run``) hands the blocks to numba's
-threads with the GIL let go, each block one call of the library's own
-``cblas_sgemm``/``cblas_dgemm`` on one thread:
+So BLAS itself runs on one thread here, and a plain 2-D float product may be cut
+into tiles (``_cut``), each one call of the library's own ``cblas_sgemm`` /
+``cblas_dgemm`` on one thread, handed to numba's threads by a compiled loop with
+the GIL let go (``Gemm.run``):
 
-- the cut depends on the shapes and the thread count only, and each block is the
-  same one-thread BLAS call whichever thread runs it: load changes who does the
-  work, never the bits. (The thread count can change the last bits of some
-  products, as OpenBLAS's own threads do: a block of few rows or columns may take
-  another of its kernels than the uncut product.)
-- numba's TBB threads steal blocks: when no other thread is scheduled, the caller
-  runs every block itself, at one thread's speed.
-- handing out blocks costs about 2 us, where waking a Python helper thread through
-  a lock took 50-115 us on a 2-core VM: products of an MLP at batch 32 gain too.
+- small tiles (``small_tile``) where OpenBLAS has small-matrix kernels: 32 x 32
+  float32 tiles it computes without packing, faster than one whole call even on one
+  thread, and cheap to share out;
+- else, from ``parallel_min()`` multiply-adds, one block of rows or columns per
+  thread of the BLAS pool's count, each a multiple of ``ROW_ALIGN``.
+
+The cut depends on the shapes (and, for blocks, the thread count) only, and each
+tile is the same one-thread BLAS call whichever thread runs it: load changes who
+does the work, never the bits. numba's TBB threads steal tiles: when no other
+thread is scheduled, the caller runs every tile itself, at one thread's speed.
+Handing out tiles costs about 2 us, where waking a Python helper thread through a
+lock took 50-115 us on a 2-core VM.
 
 The pool's count is the user's (``mt.set_num_threads``, ``OPENBLAS_NUM_THREADS``,
-threadpoolctl's ``threadpool_limits``) and comes back after each product.
-``MINITORCH_BLAS_PARALLEL_MIN`` or ``set_parallel_min`` move the bound (0: OpenBLAS
-decides everything, as plain NumPy). Products are not cut without threadpoolctl
-(which finds the BLAS library), with a BLAS other than OpenBLAS, or under numba's
-workqueue threading layer (which must not be entered from two threads at once).
+threadpoolctl's ``threadpool_limits``), bounds the threads a product's tiles run
+on, and comes back after each product. ``MINITORCH_BLAS_PARALLEL_MIN`` or
+``set_parallel_min`` move the blocks' bound (0: OpenBLAS decides everything, as
+plain NumPy). Products are not cut without threadpoolctl (which finds the BLAS
+library), with a BLAS other than OpenBLAS, or under numba's workqueue threading
+layer (which must not be entered from two threads at once).
 """
 
 from __future__ import annotations
