@@ -405,5 +405,4 @@ def _fold(r: ReduceDef, x: np.ndarray, shape: tuple, axes: tuple, keepdims: bool
     out = OPS[r.combine].numpy.reduce(x, axis=axes, dtype=wide, keepdims=keepdims)
     if r.divide:
         out = out / math.prod([shape[a] for a in axes])  # 0 / 0 is nan for an empty mean
-    dtype = r.result_dtype(x.dtype)
-    return np.asarray(out if out.dtype == dtype else out.astype(dtype))
+    return np.asarray(out, dtype=r.result_dtype(x.dtype))  # a 0-d array for a full reduce

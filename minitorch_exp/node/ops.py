@@ -77,14 +77,14 @@ class Elementwise(Function):
         if op.derivative is None:
             raise RuntimeError(f"op {op.name!r} has no derivative; pass derivative= to "
                                "register_op to differentiate through it")
-        if ctx.arrays is not None and capture.active() is None:  # computed at once
+        if ctx.arrays is not None and capture.this_thread.rec is None:  # computed at once
             grads = eager.derivative_of_arrays(op, g, ctx.arrays)
         elif op.builtin and eager.backward_now(saved[-1]):
             grads = eager.derivative(op, g, saved[-1], saved[:-1])
         else:
             grads = op.derivative(eager.to_tensor(g), saved[-1], *map(as_exp, saved[:-1]))
         if "broadcast" in ctx.attrs:  # apply_now broadcast an operand: sum back to its shape
-            return tuple(_to_input_shape(r, a) for r, a in zip(grads, saved))
+            return tuple([_to_input_shape(r, a) for r, a in zip(grads, saved)])
         return grads
 
     @classmethod
@@ -152,7 +152,7 @@ def pair_now(op: str, x, y) -> Node | None:
     else:
         return None
     row = OPS[op]
-    if not _now(row, like):
+    if not _now(like, row.builtin):
         return None
     xa = x if tx is None else tx.array
     ya = y if ty is None else ty.array
@@ -176,7 +176,7 @@ def single_now(op: str, x) -> Node | None:
     if type(tx) is not Tensor:
         return None
     row = OPS[op]
-    if row.check is not None or not _now(row, tx):
+    if row.check is not None or not _now(tx, row.builtin):
         return None
     xa = tx.array
     made = eager.apply_row(row, (xa,), tx.dtype)
@@ -191,11 +191,11 @@ def single_now(op: str, x) -> Node | None:
     return node
 
 
-def _now(row: OpDef, like: Tensor) -> bool:
-    """Whether ``pair_now`` and ``single_now`` compute ``row`` at once on operands like
-    ``like``: a built-in row, a float dtype, below the threshold (``eager.now``), and
-    no anomaly mode (which checks each op on the general path)."""
-    return (like.dtype.kind == "f" and row.builtin and like.device is CPU
+def _now(like: Tensor, builtin: bool = True) -> bool:
+    """Whether ``pair_now``, ``single_now`` and ``reduce_now`` compute an op at once on
+    operands like ``like``: a built-in row, a float dtype, below the threshold
+    (``eager.now``), and no anomaly mode (which checks each op on the general path)."""
+    return (builtin and like.dtype.kind == "f" and like.device is CPU
             and math.prod(like.shape) < _modes.threshold and capture.this_thread.rec is None
             and not anomaly.this_thread.depth)  # eager.now and more, with no call: every op asks
 
@@ -440,8 +440,7 @@ def reduce_now(cls: type, x, axis, keepdims: bool) -> Node | None:
     """``cls.apply`` (a ``Reduction``) for a small float Node, computed at once: what
     ``pair_now`` is to elementwise ops. None: the general path decides."""
     tx = x._value if isinstance(x, Node) else None
-    if (type(tx) is not Tensor or tx.dtype.kind != "f" or not eager.now(tx.shape, tx.device)
-            or anomaly.is_anomaly_enabled()):
+    if type(tx) is not Tensor or not _now(tx):
         return None
     axes = _axes(x, axis)
     out = eager.reduce_tensor(cls.reduction, tx, axes, keepdims)
@@ -457,13 +456,18 @@ def reduce_now(cls: type, x, axis, keepdims: bool) -> Node | None:
 
 
 def _axes(x: Node, axis):
-    if x.ndim == 0 and axis is not None:  # PyTorch reduces a 0-d tensor over dim 0 or -1
+    if axis is None:
+        return _EVERY_AXIS[len(x.shape)]
+    if x.ndim == 0:  # PyTorch reduces a 0-d tensor over dim 0 or -1
         for a in axis if isinstance(axis, tuple) else (axis,):
             if a not in (0, -1):
                 raise IndexError(f"axis {a!r} is out of range for a 0-d tensor: expected 0 or "
                                  "-1 (as PyTorch), or None")
         return ()
     return normalize_axes(axis, x.ndim, x.shape)
+
+
+_EVERY_AXIS = [tuple(range(n)) for n in range(65)]  # normalize_axes(None, n); NumPy: <= 64 dims
 
 
 @pytorch_arguments
