@@ -284,7 +284,7 @@ def _mlp_steps(names, arch: str, batch: int) -> dict:
 
 
 def _alone(names, arch: str, batch: int, threads: int, min_time: float,
-           rounds: int = 3) -> dict:
+           rounds: int = 5) -> dict:
     """Each library's step timed in a process of its own, the processes taking turns;
     the median over ``rounds``. Not in one process: after each parallel region
     PyTorch's OpenMP threads spin, waiting for the next, and meanwhile hold the core the
@@ -404,7 +404,8 @@ def under_load(min_time: float, defaults: dict) -> Table:
                 for threads in ("default", "1 thread")}
         setups = {key: functools.partial(pin_threads_to, None if key[1] == "default" else 1,
                                          defaults) for key in runs}
-        times = interleaved_timeit(runs, min_time, setups=setups)
+        # rounds of a few hundred ms: the load drifts, and a median over many rounds holds
+        times = interleaved_timeit(runs, 4 * min_time, rounds=15, setups=setups)
     finally:
         stop.set()
         for w in workers:

@@ -246,3 +246,18 @@ def debug_level():
     old = counters.DEBUG
     yield counters.set_debug
     counters.set_debug(old)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Sets what ``tensor/load.py`` reports: ``machine.busy = True`` makes work that is
+    shared between threads run on the caller alone; False (the default here) lets it
+    share whatever else runs (the test suite itself keeps both cores busy)."""
+    from minitorch_exp.tensor import load
+
+    class Machine:
+        busy = False
+
+    state = Machine()
+    monkeypatch.setattr(load, "busy", lambda: state.busy)
+    return state

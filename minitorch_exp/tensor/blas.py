@@ -44,6 +44,8 @@ import os
 
 import numpy as np
 
+from . import load
+
 #: Multiply-adds from which a product is shared between threads: on two idle cores
 #: a (32, 784) @ (784, 256) product (6.4M) takes 0.6x one thread's time in blocks
 #: (benchmarks/bench_blas.py, docs/eager.md).
@@ -115,7 +117,7 @@ def matmul(a, b, out=None):
         if cut is None:
             return _whole(a, b, out)
         out = np.empty((a.shape[0], b.shape[1]), a.dtype) if out is None else out
-        _gemm().run(a, b, out, *cut, threads=threads)
+        _gemm().run(a, b, out, *cut, threads=1 if load.busy() else threads)
         return out
     finally:
         if threads > 1:

@@ -19,7 +19,9 @@ Threads: a kernel runs its ``prange`` variant from ``parallel_min()`` elements
 ``set_parallel_min`` override), counted in elements rather than element-
 operations so that statements over the same arrays all split or all stay on
 one core. Changing the threshold goes through ``caches.invalidate``: kept
-launches hold ``may_parallel``. Why these numbers: ``docs/cpu_kernels.md``.
+launches hold ``may_parallel``. Why these numbers: ``docs/cpu_kernels.md``. While
+other work fills the cores (``load.busy``), an elementwise kernel runs its serial
+variant instead (``WhenFree``): the same bits, no waiting for a core.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import NamedTuple
 
 import numba
 
-from . import caches
+from . import caches, load
 from . import codegen as C
 from . import layout as L
 from .counters import _COUNTS, count
@@ -93,20 +95,23 @@ class Launch:
     was read through a private copy (repeating the args would read it stale).
     """
 
-    __slots__ = ("kernel", "may_parallel", "template", "holes", "run")
+    __slots__ = ("kernel", "may_parallel", "template", "holes", "run", "when_free")
 
     def __init__(self, kernel, may_parallel: bool, template: list, holes: tuple):
         self.kernel = kernel                # the module with ``serial`` and ``parallel``
         self.may_parallel = may_parallel    # enough elements for prange (if threads > 1 then)
         self.template = template
         self.holes = holes                  # (argument index, operand index, private copy?)
+        self.when_free = WhenFree(kernel) if may_parallel else None
         copies = any(copy for _, _, copy in holes)
         self.run = self._run_with_copies if copies else _runner(self)
 
     def kernel_function(self):
-        kernel = self.kernel
-        return kernel.parallel if self.may_parallel and numba.get_num_threads() > 1 \
-            else kernel.serial
+        """What runs the kernel now, and repeats it in prepared and recorded calls: the
+        serial variant, or (enough elements, more than one thread) ``WhenFree``."""
+        if self.may_parallel and numba.get_num_threads() > 1:
+            return self.when_free
+        return self.kernel.serial
 
     def _run_with_copies(self, operands, scalars) -> None:
         count("cpu", "fused")
@@ -115,6 +120,21 @@ class Launch:
             t = operands[k]
             args[at] = private_copy(t) if copy else t.storage.data
         self.kernel_function()(*args, *scalars)
+
+
+class WhenFree:
+    """A kernel's parallel variant while a core is free for its threads, else its serial
+    one (``load.busy``), chosen at every call: prepared and recorded calls hold this.
+    An elementwise kernel computes each element alike on any thread, so the bits are
+    the same either way."""
+
+    __slots__ = ("serial", "parallel")
+
+    def __init__(self, kernel):
+        self.serial, self.parallel = kernel.serial, kernel.parallel
+
+    def __call__(self, *args) -> None:
+        (self.serial if load.busy() else self.parallel)(*args)
 
 
 def _runner(launch: Launch):

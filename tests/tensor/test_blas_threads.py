@@ -43,8 +43,9 @@ def gemm():
 
 
 @pytest.fixture
-def pool(monkeypatch):
-    """A 4-thread BLAS pool (the real library's CBLAS calls looked up first)."""
+def pool(monkeypatch, machine):
+    """A 4-thread BLAS pool (the real library's CBLAS calls looked up first), on a
+    machine with cores to spare."""
     blas._gemm()
     fake = FakePool(4)
     monkeypatch.setitem(blas._state, "pool", fake)
@@ -168,7 +169,8 @@ def test_which_float32_products_take_small_tiles(shape, layout, tile, gemm, monk
 
 
 @pytest.mark.parametrize("threads", [1, 4])
-def test_small_tiles_are_shared_only_where_blas_has_several_threads(threads, gemm, monkeypatch):
+def test_small_tiles_are_shared_only_where_blas_has_several_threads(threads, gemm, monkeypatch,
+                                                                   machine):
     """The BLAS pool's count bounds the threads a product uses: with one BLAS thread its
     tiles run on the caller's thread alone, whatever numba's count, in the loop
     compiled without numba's threads."""
@@ -182,6 +184,26 @@ def test_small_tiles_are_shared_only_where_blas_has_several_threads(threads, gem
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
     assert recorder.cuts[0][-2:] == (32, 32) and recorder.threads == [threads]
     assert (np.dtype(np.float32), threads > 1) in gemm._runs
+
+
+def test_on_a_busy_machine_tiles_run_on_the_caller_with_the_same_bits(pool, gemm, monkeypatch,
+                                                                    machine):
+    """Every core has another thread to serve: the tiles run on the calling thread (the
+    loop compiled without numba's threads), and give the bits of the shared run --
+    blocks too, which are cut by the pool's count, not by who runs them."""
+    recorder = RecordingGemm(gemm)
+    monkeypatch.setitem(blas._state, "gemm", recorder)
+    rng = np.random.default_rng(8)
+    for a, b in ((rng.standard_normal((64, 784)).astype(np.float32),
+                  rng.standard_normal((784, 256)).astype(np.float32)),   # small tiles
+                 (rng.standard_normal((256, 512)), rng.standard_normal((512, 256)))):  # blocks
+        recorder.threads.clear()
+        machine.busy = False
+        shared = blas.matmul(a, b)
+        machine.busy = True
+        alone = blas.matmul(a, b)
+        assert recorder.threads == [4, 1]
+        np.testing.assert_array_equal(alone, shared)
 
 
 def test_without_small_kernels_one_thread_computes_whole(gemm, monkeypatch):

@@ -243,7 +243,7 @@ def test_reduce_matches_numpy(case):
 
 
 @pytest.fixture
-def always_parallel():
+def always_parallel(machine):
     """Every kernel takes its prange variant (with numba's threads > 1)."""
     saved = cpu_numba.PARALLEL_MIN
     cpu_numba.set_parallel_min(0)
