@@ -22,7 +22,9 @@ the GIL let go (``Gemm.run``):
 The cut depends on the shapes (and, for blocks, the thread count) only, and each
 tile is the same one-thread BLAS call whichever thread runs it: load changes who
 does the work, never the bits. numba's TBB threads steal tiles: when no other
-thread is scheduled, the caller runs every tile itself, at one thread's speed.
+thread is scheduled, the caller runs every tile itself, at one thread's speed; and
+while other work fills every core (``load.busy``) the caller runs them all from
+the start, where a partner descheduled in the middle of a tile would hold it.
 Handing out tiles costs about 2 us, where waking a Python helper thread through a
 lock took 50-115 us on a 2-core VM.
 

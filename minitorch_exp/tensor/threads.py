@@ -4,8 +4,10 @@
 Two kinds of CPU work use threads here: numba's compiled kernels (a large fused
 statement splits its elements between them; ``numba_launch.py``) and matrix
 products (``blas.py`` shares a large product between that many threads in blocks).
-On a machine shared with other work, ``mt.set_num_threads(1)`` is the setting that
-never waits for a second core (docs/eager.md, "Threads on a busy machine").
+While other work fills the cores, work whose bits do not depend on the thread count
+runs on the calling thread anyway (``load.py``); ``mt.set_num_threads(1)`` is the
+setting that never waits for a second core (docs/eager.md, "Threads on a busy
+machine").
 """
 
 from __future__ import annotations
