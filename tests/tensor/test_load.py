@@ -132,10 +132,17 @@ def test_a_repeated_statement_decides_again_at_each_call(numba_kernels, machine,
 
 def test_a_reduction_keeps_its_cut_while_busy(numba_kernels, machine):
     """Partial sums are part of a reduction's bits: it is cut as the thread count says,
-    busy or not."""
-    x = T.from_numpy(np.random.default_rng(1).standard_normal(200_000).astype(np.float32))
+    busy or not. (Values spread over 16 orders of magnitude, so that another cut gives
+    other bits: one thread's sum differs.)"""
+    import numba
+
+    values = np.random.default_rng(1).lognormal(0, 8, 200_000)
+    x = T.from_numpy(values)
     sums = []
     for busy in (False, True):
         machine.busy = busy
         sums.append(x.sum().numpy().copy())
     np.testing.assert_array_equal(sums[0], sums[1])
+    machine.busy = False
+    numba.set_num_threads(1)
+    assert x.sum().numpy() != sums[0]  # the data tells cuts apart
