@@ -307,7 +307,7 @@ def _time_alone(name: str, arch: str, batch: int, threads: int, min_time: float)
 
 # ---------------------------------------------------------------- the threshold's crossover
 
-SWEEP_SIZES = [1 << k for k in range(4, 21, 2)] + [3 << 10, 3 << 12, 3 << 14]
+SWEEP_SIZES = [1 << k for k in range(4, 21, 2)] + [3 << 10, 3 << 12, 3 << 14, 3 << 15, 1 << 17]
 
 
 CHAIN_OPS = {  # the ops of a chain, in turn
