@@ -50,8 +50,13 @@ def others_runnable() -> int:
     try:
         if _fd is None:
             _fd = os.open("/proc/loadavg", os.O_RDONLY)
-        running = int(os.pread(_fd, 128, 0).split()[3].split(b"/")[0])
-    except (OSError, IndexError, ValueError):
+        text = os.pread(_fd, 128, 0)
+    except OSError:
+        _fd = None  # opened again at the next reading (a descriptor closed under us)
+        return 0
+    try:
+        running = int(text.split()[3].split(b"/")[0])
+    except (IndexError, ValueError):
         return 0
     return max(running - 1, 0)
 

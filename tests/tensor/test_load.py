@@ -146,3 +146,20 @@ def test_a_reduction_keeps_its_cut_while_busy(numba_kernels, machine):
     machine.busy = False
     numba.set_num_threads(1)
     assert x.sum().numpy() != sums[0]  # the data tells cuts apart
+
+
+def test_an_unreadable_run_queue_counts_as_idle(monkeypatch):
+    """No /proc/loadavg (not Linux), or a descriptor closed under us: nobody else runs,
+    as far as sharing work is concerned, and the next reading opens it again."""
+    monkeypatch.setattr(load, "_fd", None)
+
+    def refuse(*args):
+        raise OSError("no such file")
+
+    monkeypatch.setattr(load.os, "open", refuse)
+    assert load.others_runnable() == 0 and load._fd is None
+    monkeypatch.setattr(load.os, "open", lambda *args: 99)
+    monkeypatch.setattr(load.os, "pread", lambda *args: b"0.5 0.4 0.3 garbled\n")
+    assert load.others_runnable() == 0 and load._fd == 99
+    monkeypatch.setattr(load.os, "pread", lambda *args: b"0.5 0.4 0.3 9/300 1234\n")
+    assert load.others_runnable() == 8
