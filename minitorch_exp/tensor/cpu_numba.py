@@ -27,9 +27,10 @@ The work is split by job:
   every argument once per layout, and the thread threshold;
 * this module: ``NumbaBackend`` (``backend_contract.Backend``), and which
   evaluator runs a Plan. Ops LLVM cannot vectorize here (exp, log, tanh,
-  pow: one libm call per element) make a Plan on large arrays run on the
-  NumPy evaluator when the ``OP_COST_NS`` model says so; argmax always, and
-  max/min of large inputs, whose NaN-propagating compare does not vectorize.
+  pow: one libm call per element) make a Plan run on the NumPy evaluator from
+  as many elements as the ``OP_COST_NS`` model says (``numpy_from``); argmax
+  always, and max/min of large inputs, whose NaN-propagating compare does not
+  vectorize.
 
 Measurements behind the constants (op costs, the parallel threshold per
 threading layer, why TBB and never OpenMP by default, compile and load
@@ -76,12 +77,16 @@ from .numba_source import group_source, kernel_source, reduce_source  # noqa: F4
 from .ops import OPS
 
 # Measured ns per element (float32, one core; ``benchmarks/bench_update.py --ops``)
-# for (numba kernel, NumPy block pass): they decide per Plan which evaluator runs
-# arrays of NUMPY_FROM elements or more (docs/cpu_kernels.md).
+# for (numba kernel, NumPy block pass), and each call's fixed ns beyond its elements
+# (a statement over 16 elements, 1 to 10 ops): together they decide per Plan from how
+# many elements the NumPy evaluator runs it faster (``numpy_from``; docs/cpu_kernels.md).
 OP_COST_NS = {"exp": (3.9, 0.75), "log": (4.2, 0.75), "tanh": (17.0, 0.5),
               "sigmoid": (8.8, 5.4), "pow": (8.8, 1.0), "where": (0.1, 6.7)}
 OTHER_OP_COST_NS = (0.05, 0.3)
 USER_OP_COST_NS = (4.0, 0.75)  # a numpy_fn is typically a ufunc or two
+NUMPY_CALL_NS, NUMPY_STEP_NS, KERNEL_CALL_NS = 2000.0, 1450.0, 900.0
+#: Elements from which a max or min reduction folds with NumPy (its NaN-aware compare
+#: does not vectorize in a kernel).
 NUMPY_FROM = 1 << 14
 
 
@@ -92,9 +97,13 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def numpy_is_faster(plan) -> bool:
-    """True when NumPy's SIMD ufuncs beat a scalar-libm kernel on this Plan (see OP_COST_NS)."""
-    found = plan.compiled.get("numba-prefers-numpy")
+def numpy_from(plan) -> float:
+    """The elements from which NumPy's SIMD ufuncs, one block pass per op, beat the
+    Plan's compiled kernel, whose exp, log or tanh is a scalar libm call per element
+    (inf: never). A ``tanh`` among five ops crosses over at about 300 elements, where
+    a fixed cutoff of 2^14 had kernels of 4096 elements take 7x the NumPy evaluator's
+    time; an exp among arithmetic (a softmax row) at about 3000."""
+    found = plan.compiled.get("numpy-from")
     if found is None:
         numba_ns = numpy_ns = 0.0
         for ins in plan.instrs:
@@ -103,15 +112,23 @@ def numpy_is_faster(plan) -> bool:
             cost = USER_OP_COST_NS if user else OP_COST_NS.get(ins.op, OTHER_OP_COST_NS)
             numba_ns += cost[0]
             numpy_ns += cost[1]
-        found = plan.compiled["numba-prefers-numpy"] = numpy_ns < numba_ns
+        fixed = NUMPY_CALL_NS + NUMPY_STEP_NS * len(plan.instrs) - KERNEL_CALL_NS
+        found = fixed / (numba_ns - numpy_ns) if numba_ns > numpy_ns else math.inf
+        plan.compiled["numpy-from"] = found
     return found
 
 
-def _numpy_reduces_better(reduction, large: bool, plan) -> bool:
-    """A row without a compiled form (``combine`` None: argmax) always; when large, any
-    fold but an add (max/min: no vectorized NaN-aware compare) and costly Plans."""
-    return reduction.combine is None or (
-        large and (reduction.combine != "add" or numpy_is_faster(plan)))
+def numpy_is_faster(plan, elements: int) -> bool:
+    """Whether the NumPy evaluator runs ``plan`` over ``elements`` faster (``numpy_from``)."""
+    return elements >= numpy_from(plan)
+
+
+def _numpy_reduces_better(reduction, elements: int, plan) -> bool:
+    """A row without a compiled form (``combine`` None: argmax) always; from
+    ``NUMPY_FROM`` elements any fold but an add (max/min: no vectorized NaN-aware
+    compare); and a costly Plan (``numpy_is_faster``)."""
+    return reduction.combine is None or numpy_is_faster(plan, elements) or (
+        elements >= NUMPY_FROM and reduction.combine != "add")
 
 
 #: (plan, saver, dst dtype, layouts, aliasing) -> its Launch, or None (the NumPy evaluator)
@@ -136,7 +153,7 @@ def _elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
 def _make_elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
     loops = plan_loops(dst, leaves)
     n = dst.numel()
-    if loops is None or (n >= NUMPY_FROM and numpy_is_faster(plan)):
+    if loops is None or numpy_is_faster(plan, n):
         return None
     key = ("numba", len(loops.shape), saver, loops.kinds, dst.dtype.char)
     kernel = compiled_or_none(plan, lambda: elementwise_kernel(
@@ -169,7 +186,7 @@ class NumbaBackend:
         """The ``Launch`` of statements writing ``dsts`` (all statements' ``leaves``) in
         one loop, or None when they cannot share one (``engine.assign_all`` keeps it)."""
         n = dsts[0].numel()
-        if n >= NUMPY_FROM and any(numpy_is_faster(plan) for plan in plans):
+        if any(numpy_is_faster(plan, n) for plan in plans):
             return None
         loops = plan_group_loops(dsts, leaves)
         if loops is None:
@@ -190,9 +207,8 @@ class NumbaBackend:
         ``elementwise`` does, or None."""
         plan, leaves, scalars = lowered
         elements = math.prod(e.x.shape)
-        large = elements >= NUMPY_FROM
         reduction = e.reduction
-        loops = None if _numpy_reduces_better(reduction, large, plan) else \
+        loops = None if _numpy_reduces_better(reduction, elements, plan) else \
             reduce_loops(dst, e, leaves)
         kernel = None if loops is None else compiled_or_none(plan, lambda: reduce_kernel(
             plan, reduction, len(loops.kept), len(loops.reduced), saver, loops.kinds,

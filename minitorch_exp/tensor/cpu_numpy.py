@@ -4,7 +4,8 @@ Eager NumPy evaluates ``-eta * (g + lam * w)`` as three full passes with three
 full-size temporaries. Here the output is cut into cache-sized blocks; each
 block runs the whole program through a few reused scratch buffers, so every
 intermediate stays in cache and nothing as large as the operands is allocated.
-Arrays that fit in one block skip the blocking machinery entirely.
+Arrays that fit in one block skip the blocking machinery, and their
+intermediates go to the same scratch buffers from ``SCRATCH_FROM`` elements on.
 
 This evaluator is the reference the compiled ones are tested against. It
 implements ``backend_contract.Backend`` and, like every backend, imports
@@ -17,6 +18,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -29,6 +31,12 @@ from .ops import OPS
 # Elements per block: small enough that a block's intermediates stay in L2, large enough
 # to amortize each ufunc call (the fastest measured, docs/cpu_kernels.md).
 BLOCK = int(os.environ.get("MINITORCH_BLOCK", 1 << 18))
+# Elements from which a one-block program writes its intermediates into the thread's
+# scratch buffers rather than fresh arrays. Fresh ones are cheaper below; above, each
+# call's new arrays are new pages from the allocator (page faults, then trimmed
+# again), and a 10-op program took 8-13x as long from 2^15 to 2^18 elements (239 us
+# against 45 at 2^15, 2278 against 260 at 2^18).
+SCRATCH_FROM = 1 << 14
 
 SAVER_UFUNCS = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.true_divide}
 
@@ -204,7 +212,7 @@ class NumpyBackend:
         sched = schedule_for(plan)
         if n <= BLOCK:
             env = [t.array for t in leaves] + list(scalars)
-            run_program(sched, env, dst.array, saver)
+            run_program(sched, env, dst.array, saver, _intermediates(sched, n), dst.shape)
             return
         self._blocked(sched, dst, leaves, scalars, saver)
 
@@ -300,8 +308,9 @@ def _materialize(lowered: Lowered, x):
     if t is not None:
         return t.array
     plan, leaves, scalars = lowered
-    out = np.empty(x.shape, x.dtype)
-    run_program(schedule_for(plan), [t.array for t in leaves] + list(scalars), out, "=")
+    out, sched = np.empty(x.shape, x.dtype), schedule_for(plan)
+    run_program(sched, [t.array for t in leaves] + list(scalars), out, "=",
+                _intermediates(sched, out.size), x.shape)
     return out
 
 
@@ -362,15 +371,34 @@ def blocks(shape, block: int):
             yield outer + (slice(start, min(start + chunk, shape[axis])),)
 
 
-_SCRATCH: dict[tuple, np.ndarray] = {}
+class _Scratch(threading.local):
+    """This thread's scratch buffers, by (dtype, index, size). Per thread: NumPy lets
+    the interpreter lock go inside a pass, so threads sharing a buffer would write
+    into each other's intermediates (tests/trust/test_concurrent_statements.py)."""
+
+    def __init__(self):
+        self.buffers: dict[tuple, np.ndarray] = {}
+
+
+_SCRATCH = _Scratch()
+
+
+def _intermediates(sched: Schedule, n: int) -> list | None:
+    """Scratch buffers for a one-block program over ``n`` elements (``SCRATCH_FROM``), or
+    None: NumPy allocates its intermediates."""
+    if n < SCRATCH_FROM:
+        return None
+    return [scratch_buffer(dt, i) for i, dt in enumerate(sched.scratch)]
 
 
 def scratch_buffer(dtype, index: int) -> np.ndarray:
-    """A reused flat buffer of ``BLOCK`` elements (one per dtype and index)."""
+    """A reused flat buffer of ``BLOCK`` elements (one per dtype and index), this
+    thread's own."""
     key = (np.dtype(dtype), index, BLOCK)
-    buf = _SCRATCH.get(key)
+    buffers = _SCRATCH.buffers
+    buf = buffers.get(key)
     if buf is None:
-        buf = _SCRATCH[key] = np.empty(BLOCK, dtype)
+        buf = buffers[key] = np.empty(BLOCK, dtype)
     return buf
 
 
