@@ -110,6 +110,9 @@ def matmul(a, b, out=None):
     work = _work(a, b)
     if work < _BLAS_SERIAL_BELOW or _state["min"] == 0:
         return np.matmul(a, b, out=out)
+    if min(a.ndim, b.ndim) >= 2 and max(a.ndim, b.ndim) > 2 and all(
+            n == 1 for n in a.shape[:-2] + b.shape[:-2]):  # a batch of one: a conv's
+        return _one_of_a_batch(a, b, out)
     pool = _pool()
     threads = pool.get_num_threads() if pool is not None else 1
     cut = _cut(a, b, out, threads, work)
@@ -124,6 +127,20 @@ def matmul(a, b, out=None):
     finally:
         if threads > 1:
             pool.set_num_threads(threads)
+
+
+def _one_of_a_batch(a, b, out):
+    """``a @ b`` for operands whose leading dims are all 1, through the 2-D product of
+    their one matrix each (views, no copy), so that it too is cut into tiles."""
+    lead = (1,) * (max(a.ndim, b.ndim) - 2)
+    a2, b2 = a[(0,) * (a.ndim - 2)], b[(0,) * (b.ndim - 2)]
+    if out is None:
+        product = matmul(a2, b2)
+        return product.reshape(lead + product.shape)
+    if out.shape != lead + (a2.shape[0], b2.shape[1]):
+        return np.matmul(a, b, out=out)  # whatever NumPy makes of another out
+    matmul(a2, b2, out=out[(0,) * len(lead)])
+    return out
 
 
 def _whole(a, b, out):

@@ -108,10 +108,8 @@ class Launch:
 
     def kernel_function(self):
         """What runs the kernel now, and repeats it in prepared and recorded calls: the
-        serial variant, or (enough elements, more than one thread) ``WhenFree``."""
-        if self.may_parallel and numba.get_num_threads() > 1:
-            return self.when_free
-        return self.kernel.serial
+        serial variant, or (enough elements) ``WhenFree``, which chooses at each call."""
+        return self.when_free if self.may_parallel else self.kernel.serial
 
     def _run_with_copies(self, operands, scalars) -> None:
         count("cpu", "fused")
@@ -123,9 +121,11 @@ class Launch:
 
 
 class WhenFree:
-    """A kernel's parallel variant while a core is free for its threads, else its serial
-    one (``load.busy``), chosen at every call: prepared and recorded calls hold this.
-    An elementwise kernel computes each element alike on any thread, so the bits are
+    """A kernel's parallel variant where the calling thread may use several of numba's
+    threads (``mt.set_num_threads``) and a core is free for them (``load.busy``), else
+    its serial one, chosen at every call: prepared and recorded calls hold this, so a
+    step captured on one thread runs on two after ``set_num_threads(2)``. An
+    elementwise kernel computes each element alike on any thread, so the bits are
     the same either way."""
 
     __slots__ = ("serial", "parallel")
@@ -134,7 +134,8 @@ class WhenFree:
         self.serial, self.parallel = kernel.serial, kernel.parallel
 
     def __call__(self, *args) -> None:
-        (self.serial if load.busy() else self.parallel)(*args)
+        shared = numba.get_num_threads() > 1 and not load.busy()
+        (self.parallel if shared else self.serial)(*args)
 
 
 def _runner(launch: Launch):

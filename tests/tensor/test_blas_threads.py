@@ -54,7 +54,9 @@ def pool(monkeypatch, machine):
 
 
 SHAPES = [((64, 128), (128, 64)), ((3, 64, 64), (64, 128)), ((128,), (128, 2048)),
-          ((8, 64, 32), (8, 32, 256)), ((5, 7), (7,))]
+          ((8, 64, 32), (8, 32, 256)), ((5, 7), (7,)),
+          ((1, 500, 50), (1, 50, 1024)), ((1, 1, 64, 128), (128, 512)),
+          ((256, 128), (1, 128, 64))]  # batches of one: cut as their one 2-D product
 
 
 @pytest.mark.parametrize(("sa", "sb"), SHAPES)
@@ -65,6 +67,24 @@ def test_products_equal_numpy_s(sa, sb, pool):
     out = np.empty(np.matmul(a, b).shape)
     assert blas.matmul(a, b, out=out) is out
     np.testing.assert_array_equal(out, np.matmul(a, b))
+
+
+def test_a_batch_of_one_is_cut_as_its_one_product(pool, gemm, monkeypatch):
+    """A convolution's products are batches of one, ``(1, 500, 50) @ (1, 50, 8192)``:
+    computed as the 2-D product of views (no copy), so they are shared between threads
+    too -- into ``out`` as well."""
+    recorder = RecordingGemm(gemm)
+    monkeypatch.setitem(blas._state, "gemm", recorder)
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((1, 500, 50)), rng.standard_normal((1, 50, 8192))
+    np.testing.assert_allclose(blas.matmul(a, b), a @ b, rtol=1e-12, atol=1e-12)
+    out = np.full((1, 500, 8192), np.nan)
+    assert blas.matmul(a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12, atol=1e-12)
+    assert len(recorder.cuts) == 2 and recorder.threads == [4, 4]
+    flat_out = np.full((500, 8192), np.nan)  # an out NumPy takes too, as NumPy does
+    blas.matmul(a, b, out=flat_out)
+    np.testing.assert_allclose(flat_out, (a @ b)[0], rtol=1e-12, atol=1e-12)
 
 
 def test_a_mid_size_product_runs_on_one_thread_and_gives_the_pool_back(pool):

@@ -163,3 +163,19 @@ def test_an_unreadable_run_queue_counts_as_idle(monkeypatch):
     assert load.others_runnable() == 0 and load._fd == 99
     monkeypatch.setattr(load.os, "pread", lambda *args: b"0.5 0.4 0.3 9/300 1234\n")
     assert load.others_runnable() == 8
+
+
+def test_a_statement_prepared_on_one_thread_shares_work_once_two_are_allowed(
+        numba_kernels, machine, monkeypatch):
+    """The thread count is read at each call too: a step captured (or a statement
+    prepared) under ``set_num_threads(1)`` uses both threads after ``(2)``."""
+    import numba
+
+    ran: list = []
+    _spy(monkeypatch, ran)
+    w = T.from_numpy(np.ones(50_000, np.float32))
+    update = w * 0.5 + 1.0
+    for threads in (1, 2):
+        numba.set_num_threads(threads)
+        w[...] = update
+    assert ran == ["serial", "parallel"]
