@@ -496,7 +496,7 @@ def anatomy_pieces() -> dict:
         ("at once", "grad mode and anomaly mode checks"):
             lambda: (mt.is_grad_enabled(), anomaly.is_anomaly_enabled()),
         ("at once", "rule on arrays (backward of mul)"):
-            lambda: eager.derivative_of_arrays(mul, arr_a, (arr_a, arr_b, arr_a)),
+            lambda: eager.derivative_of_arrays(mul, arr_a, (arr_a, arr_b, arr_a), (True, True)),
     }
     if torch is not None:
         pa, pb = torch.tensor(arr_a, requires_grad=True), torch.tensor(arr_b, requires_grad=True)

@@ -261,19 +261,22 @@ def reduce_tensor(r: ReduceDef, x: Tensor, axes: tuple, keepdims: bool) -> Tenso
 
 # ---- backward: a row's derivative on arrays --------------------------------------------
 
-def derivative(row: OpDef, g, out: Tensor, args) -> tuple:
-    """The gradients of ``row``'s operands, computed now: its derivative run on NumPy
-    arrays (``g``: an array or a Tensor) and Python numbers. Each is a new array, or
-    ``g`` itself where the rule passes it on (``add``)."""
+def derivative(row: OpDef, g, out: Tensor, args, needs: tuple) -> tuple:
+    """The gradients of ``row``'s operands where ``needs`` says (``OpDef.gradients``),
+    computed now: its rule run on NumPy arrays (``g``: an array or a Tensor) and Python
+    numbers. Each is a new array, or ``g`` itself where the rule passes it on (``add``)."""
     return derivative_of_arrays(row, g, (*[a.array if type(a) is Tensor else a for a in args],
-                                         out.array))
+                                         out.array), needs)
 
 
-def derivative_of_arrays(row: OpDef, g, arrays: tuple) -> tuple:
+def derivative_of_arrays(row: OpDef, g, arrays: tuple, needs: tuple) -> tuple:
     """``derivative`` given the operands as arrays and Python numbers, the result's
     array last (what ``Context.computed`` keeps)."""
     garr = g if type(g) is np.ndarray else as_array(g)
-    grads = row.derivative(garr, arrays[-1], *arrays[:-1])
+    if row.partials is None or False not in needs:  # ``gradients``, without its call
+        grads = row.derivative(garr, arrays[-1], *arrays[:-1])
+    else:
+        grads = row.gradients(garr, arrays[-1], arrays[:-1], needs)
     for r in grads:
         if r is garr or (r is not None and type(r) is not np.ndarray):
             return tuple(g if r is garr else r if r is None else as_array(r) for r in grads)

@@ -77,12 +77,14 @@ class Elementwise(Function):
         if op.derivative is None:
             raise RuntimeError(f"op {op.name!r} has no derivative; pass derivative= to "
                                "register_op to differentiate through it")
+        needs = ctx.needs_input_grad
         if ctx.arrays is not None and capture.this_thread.rec is None:  # computed at once
-            grads = eager.derivative_of_arrays(op, g, ctx.arrays)
+            grads = eager.derivative_of_arrays(op, g, ctx.arrays, needs)
         elif op.builtin and eager.backward_now(saved[-1]):
-            grads = eager.derivative(op, g, saved[-1], saved[:-1])
+            grads = eager.derivative(op, g, saved[-1], saved[:-1], needs)
         else:
-            grads = op.derivative(eager.to_tensor(g), saved[-1], *map(as_exp, saved[:-1]))
+            grads = op.gradients(eager.to_tensor(g), saved[-1], tuple(map(as_exp, saved[:-1])),
+                                 needs)
         if "broadcast" in ctx.attrs:  # apply_now broadcast an operand: sum back to its shape
             return tuple([_to_input_shape(r, a) for r, a in zip(grads, saved)])
         return grads
