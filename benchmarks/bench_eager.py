@@ -144,10 +144,26 @@ def op_steps(x0, w, realize, backward: bool):
     return one, chain
 
 
+MIDSIZE = 50_000  # elements: below the fusion threshold, a 200 KB array each
+
+
+def scaled_chain(x0):
+    """``CHAIN`` times ``h * 0.5 + 1`` and ``sum().backward()``: PyTorch keeps none of
+    the intermediates for backward (a number's product and a sum need none); this graph
+    keeps every one until backward (docs/eager.md, "Limits")."""
+    def step():
+        h = x0
+        for _ in range(CHAIN):
+            h = h * 0.5 + 1.0
+        h.sum().backward()
+    return step
+
+
 def per_op(min_time: float) -> Table:
-    print(f"\n== per-op cost, 2x2 float32, 1 thread ({load_line()})")
+    print(f"\n== per-op cost, 2x2 float32 (and {MIDSIZE} elements), 1 thread ({load_line()})")
     table = Table("eager_ops", baseline="pytorch" if torch is not None else "numpy")
     peers = op_peers()
+    mid = op_peers((MIDSIZE,))
     steps = {}
     for name, (a, b, realize) in peers.items():
         one, chain = op_steps(a, b, realize, backward=False)
@@ -156,6 +172,9 @@ def per_op(min_time: float) -> Table:
         if name != "numpy":
             steps[(name, f"forward + backward, chain of {CHAIN}, per op")] = (
                 op_steps(a, b, realize, backward=True)[1], CHAIN)
+        if name in ("ours", "pytorch"):
+            steps[(name, f"fwd + bwd, {CHAIN} x (h * 0.5 + 1), {MIDSIZE} elements, per op")] = (
+                scaled_chain(mid[name][0]), 2 * CHAIN)
     times = interleaved_timeit({key: fn for key, (fn, _) in steps.items()}, min_time)
     for (name, what), (_, ops) in steps.items():
         table.add(name, what, times[(name, what)] / ops)
