@@ -58,7 +58,8 @@ def threshold() -> int:
 
 def now(shape: tuple, device=CPU) -> bool:
     """Whether an op whose work has ``shape`` on ``device`` runs now (module docstring)."""
-    return math.prod(shape) < _modes.threshold and device is CPU and recording.active() is None
+    return (math.prod(shape) < _modes.threshold and device is CPU
+            and recording.this_thread.rec is None)
 
 
 def computes_now(e: Exp) -> bool:
@@ -140,7 +141,7 @@ def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
     """``apply`` for ``values`` known to be Tensors and Python numbers, ``first`` the
     Tensor whose shape the result has."""
     if (math.prod(first.shape) >= _modes.threshold or first.device is not CPU
-            or recording.active() is not None):  # computes_now, spelled out: every op asks
+            or recording.this_thread.rec is not None):  # ``now``, spelled out: every op asks
         return None
     arrays = [v.array if type(v) is Tensor else v for v in values]
     if row.check is not None:
@@ -273,10 +274,7 @@ def derivative_of_arrays(row: OpDef, g, arrays: tuple, needs: tuple) -> tuple:
     """``derivative`` given the operands as arrays and Python numbers, the result's
     array last (what ``Context.computed`` keeps)."""
     garr = g if type(g) is np.ndarray else as_array(g)
-    if row.partials is None or False not in needs:  # ``gradients``, without its call
-        grads = row.derivative(garr, arrays[-1], *arrays[:-1])
-    else:
-        grads = row.gradients(garr, arrays[-1], arrays[:-1], needs)
+    grads = row.gradients(garr, arrays[-1], arrays[:-1], needs)
     for r in grads:
         if r is garr or (r is not None and type(r) is not np.ndarray):
             return tuple(g if r is garr else r if r is None else as_array(r) for r in grads)

@@ -105,8 +105,8 @@ def _pool():
 
 def matmul(a, b, out=None):
     """``np.matmul(a, b, out=out)`` on one BLAS thread; a plain 2-D float product large
-    enough is computed in tiles (``_tiles``), shared between the pool's count of
-    threads."""
+    enough (or a batch of one such) is computed in tiles (``_cut``), shared between the
+    pool's count of threads."""
     work = _work(a, b)
     if work < _BLAS_SERIAL_BELOW or _state["min"] == 0:
         return np.matmul(a, b, out=out)

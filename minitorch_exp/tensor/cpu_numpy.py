@@ -227,7 +227,7 @@ class NumpyBackend:
             if overlaps(dst, t.storage, layouts[i + 1]):
                 ins[i] = ins[i].copy()
                 count("cpu", "copy")
-        scratch = [scratch_buffer(dt, i) for i, dt in enumerate(sched.scratch)]
+        scratch = _scratch_for(sched)
         for idx in blocks(cshape, BLOCK):
             blk = out[idx]
             run_program(sched, [a[idx] for a in ins] + list(scalars), blk, saver,
@@ -334,7 +334,7 @@ def _blocked_reduce(e, lowered: Lowered):
            for t in leaves]
     ufunc, acc = _fold(e.reduction), e.dtype
     result = np.empty(pshape[:n_kept], acc)
-    scratch = [scratch_buffer(dt, i) for i, dt in enumerate(sched.scratch)]
+    scratch = _scratch_for(sched)
     values = scratch_buffer(e.x.dtype, len(scratch))
     for idx in blocks(pshape, BLOCK):
         split = len(idx) - 1
@@ -386,8 +386,11 @@ _SCRATCH = _Scratch()
 def _intermediates(sched: Schedule, n: int) -> list | None:
     """Scratch buffers for a one-block program over ``n`` elements (``SCRATCH_FROM``), or
     None: NumPy allocates its intermediates."""
-    if n < SCRATCH_FROM:
-        return None
+    return None if n < SCRATCH_FROM else _scratch_for(sched)
+
+
+def _scratch_for(sched: Schedule) -> list:
+    """This thread's scratch buffer for each of ``sched``'s intermediates."""
     return [scratch_buffer(dt, i) for i, dt in enumerate(sched.scratch)]
 
 

@@ -95,21 +95,18 @@ class Launch:
     was read through a private copy (repeating the args would read it stale).
     """
 
-    __slots__ = ("kernel", "may_parallel", "template", "holes", "run", "when_free")
+    __slots__ = ("kernel", "may_parallel", "template", "holes", "run", "function")
 
     def __init__(self, kernel, may_parallel: bool, template: list, holes: tuple):
         self.kernel = kernel                # the module with ``serial`` and ``parallel``
         self.may_parallel = may_parallel    # enough elements for prange (if threads > 1 then)
         self.template = template
         self.holes = holes                  # (argument index, operand index, private copy?)
-        self.when_free = WhenFree(kernel) if may_parallel else None
+        #: What runs the kernel, and repeats it in prepared and recorded calls: the
+        #: serial variant, or (enough elements) ``WhenFree``, which chooses at each call.
+        self.function = WhenFree(kernel) if may_parallel else kernel.serial
         copies = any(copy for _, _, copy in holes)
         self.run = self._run_with_copies if copies else _runner(self)
-
-    def kernel_function(self):
-        """What runs the kernel now, and repeats it in prepared and recorded calls: the
-        serial variant, or (enough elements) ``WhenFree``, which chooses at each call."""
-        return self.when_free if self.may_parallel else self.kernel.serial
 
     def _run_with_copies(self, operands, scalars) -> None:
         count("cpu", "fused")
@@ -117,7 +114,7 @@ class Launch:
         for at, k, copy in self.holes:
             t = operands[k]
             args[at] = private_copy(t) if copy else t.storage.data
-        self.kernel_function()(*args, *scalars)
+        self.function(*args, *scalars)
 
 
 class WhenFree:
@@ -147,28 +144,26 @@ def _runner(launch: Launch):
     such pattern and bound to each launch's numbers.
     """
     arrays = {at: k for at, k, _ in launch.holes}
-    pattern = (len(launch.template), tuple(arrays.items()), launch.may_parallel)
+    pattern = (len(launch.template), tuple(arrays.items()))
     bind = _RUNNER_FACTORIES.memo(pattern, lambda: _runner_factory(*pattern))
     numbers = [x for at, x in enumerate(launch.template) if at not in arrays]
-    return bind(_COUNTS, ("cpu", "fused"), launch.kernel.serial, launch.kernel_function,
-                numbers)
+    return bind(_COUNTS, ("cpu", "fused"), launch.function, numbers)
 
 
-#: (template length, array holes, may_parallel) -> the compiled ``bind`` of a runner
+#: (template length, array holes) -> the compiled ``bind`` of a runner
 _RUNNER_FACTORIES = caches.memo_table("numba.runner_factories", 1024)
 
 
-def _runner_factory(length: int, arrays: tuple, may_parallel: bool):
+def _runner_factory(length: int, arrays: tuple):
     arrays = dict(arrays)
     numbers = [f"c{at}" for at in range(length) if at not in arrays]
     args = "".join(f"operands[{arrays[at]}].storage.data, " if at in arrays else f"c{at}, "
                    for at in range(length))
-    source = (f"def bind(counts, KEY, serial, kernel_function, numbers):\n"
+    source = (f"def bind(counts, KEY, fn, numbers):\n"
               f"    ({''.join(n + ', ' for n in numbers)}) = numbers\n"
               f"    def run(operands, scalars):\n"
               f"        counts[KEY] = counts.get(KEY, 0) + 1\n"
               f"        args = ({args}*scalars)\n"
-              f"        fn = {'kernel_function()' if may_parallel else 'serial'}\n"
               f"        fn(*args)\n"
               f"        return fn, args\n"
               f"    return run\n")
