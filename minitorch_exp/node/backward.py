@@ -60,8 +60,8 @@ def _initial_grad(root: Node, grad):
             raise RuntimeError(
                 f"backward() without a gradient needs a single-element output, got shape "
                 f"{root.shape}; pass grad= (e.g. mt.ones_like(out)) or reduce it with .sum()")
-        if eager.computes_now(root._value):
-            return eager.wrap(np.ones(root.shape, root.dtype))
+        if eager.computes_now(root._value):  # an array, as the rules computed at once pass
+            return np.ones(root.shape, root.dtype)
         return creation.ones(root.shape, dtype=root.dtype, device=root.device)
     g = grad._value if isinstance(grad, Node) else as_exp(grad)
     if g.shape != root.shape:

@@ -275,9 +275,9 @@ def derivative_of_arrays(row: OpDef, g, arrays: tuple, needs: tuple) -> tuple:
     array last (what ``Context.computed`` keeps)."""
     garr = g if type(g) is np.ndarray else as_array(g)
     grads = row.gradients(garr, arrays[-1], arrays[:-1], needs)
-    for r in grads:
-        if r is garr or (r is not None and type(r) is not np.ndarray):
-            return tuple(g if r is garr else r if r is None else as_array(r) for r in grads)
+    for r in grads:  # add passes g on: as it came (a Tensor stays one)
+        if (r is garr and garr is not g) or (r is not None and type(r) is not np.ndarray):
+            return tuple([g if r is garr else r if r is None else as_array(r) for r in grads])
     return grads
 
 
@@ -293,10 +293,25 @@ def sum_to(g, shape: tuple) -> np.ndarray:
     g = as_array(g)
     if g.shape == shape:
         return g
+    if not shape:  # a 0-d operand (a scalar parameter): every axis, the everyday case
+        return np.asarray(np.add.reduce(g, axis=None, dtype=_SUM.accumulator_dtype(g.dtype)),
+                          dtype=_SUM.result_dtype(g.dtype))
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
                                       if n == 1 and g.shape[lead + i] != 1)
     return _fold(_SUM, g, g.shape, axes, True).reshape(shape)
+
+
+def broadcast_back(g: np.ndarray, shape: tuple, axes: tuple) -> np.ndarray:
+    """A reduction's gradient ``g`` (its result's shape, reduced ``axes`` kept as 1 or
+    dropped) as a read-only view of ``shape``: ``np.broadcast_to`` without its argument
+    handling, which costs ten times the view (a full sum's backward on every step)."""
+    g = g.reshape(tuple([1 if i in axes else n for i, n in enumerate(shape)]))
+    if not g.flags.c_contiguous:  # a view itself (a broadcast one, from a second sum)
+        return np.broadcast_to(g, shape)
+    strides = tuple([0 if i in axes else s for i, s in enumerate(g.strides)])
+    g.flags.writeable = False  # the view below then is too: nobody writes into g
+    return np.ndarray(shape, g.dtype, g, 0, strides)
 
 
 def backward_now(out) -> bool:

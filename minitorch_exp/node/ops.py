@@ -401,9 +401,9 @@ def _grad_to_input(g, ctx, at_once: bool = True):
     """Broadcast a reduction's gradient back over the axes it removed: below the fusion
     threshold (and ``at_once``), as a read-only NumPy view (node/eager.py)."""
     shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
-    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
     if at_once and eager.now(shape, CPU if type(g) is np.ndarray else g.device):
-        return np.broadcast_to(eager.as_array(g).reshape(kept), shape)
+        return eager.broadcast_back(eager.as_array(g), shape, axes)
+    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
     return eager.to_tensor(g).reshape(kept).broadcast_to(shape)
 
 

@@ -10,6 +10,8 @@ ran: no kernel at all below the threshold, fused kernels from it on.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 
 import minitorch_exp as mt
 from minitorch_exp import nn
+from minitorch_exp.node.eager import broadcast_back
 from minitorch_exp.tensor.ops import OPS, REDUCTIONS
 
 from ._helpers import seeds, values
@@ -126,6 +129,8 @@ REDUCERS = {
     **{f"{r}(axis={a})": (lambda x, r=r, a=a: getattr(mt, REDUCTIONS[r].function)(x, a))
        for r in ("sum", "mean", "max", "min") for a in (None, 0, 1)},
     "sum(1, keepdims)": lambda x: x.sum(1, keepdims=True),
+    "sum of a sum": lambda x: x.sum(0).sum(),  # the inner backward gets a broadcast view
+    "x * its mean (0-d)": lambda x: x * x.mean(),  # a gradient summed to 0-d
     "x + row (broadcast)": lambda x: x + x.sum(0) * 0.5,
     "x * column (broadcast)": lambda x: x * x.mean(1, keepdims=True),
     "log_softmax": lambda x: mt.log_softmax(x, 1),
@@ -146,6 +151,26 @@ def test_reductions_and_broadcasts_on_both_sides(what, rows, dtype, seed):
     # tensor/ops.py realizes the count there): one reduction kernel
     assert at_once[3] == (1 if what[:3] in ("max", "min") else 0) and fused[3] >= 1
     assert_same(at_once, fused, dtype)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=0, max_size=4), data=st.data())
+def test_a_reduction_s_gradient_broadcast_back_is_numpy_s_read_only_view(shape, data):
+    """``broadcast_back`` (the at-once backward of a reduction) against np.broadcast_to,
+    for gradients with the reduced axes kept or dropped, contiguous or not."""
+    shape = tuple(shape)
+    axes = tuple(sorted(data.draw(st.sets(st.integers(0, max(len(shape) - 1, 0)))
+                                  if shape else st.just(set()))))
+    keepdims = data.draw(st.booleans())
+    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+    g = np.arange(1, math.prod(kept) + 1, dtype=np.float32).reshape(kept)
+    if data.draw(st.booleans()):  # a gradient that is a strided view itself
+        g = np.broadcast_to(g, kept) if g.ndim == 0 else np.asfortranarray(g)[..., ::-1]
+    given_g = g if keepdims else g.reshape([n for i, n in enumerate(kept) if i not in axes])
+    view = broadcast_back(given_g, shape, axes)
+    np.testing.assert_array_equal(view, np.broadcast_to(g, shape))
+    assert view.shape == shape and not view.flags.writeable
+    assert given_g.flags.writeable == g.flags.writeable  # the caller's array is untouched
 
 
 def test_a_reduction_of_a_large_input_stays_one_fused_pass():
