@@ -49,6 +49,7 @@ _WEAK = {float: 1.0, int: 1, bool: True}  # what a Python number is to dtype pro
 _DTYPES = memo_table("eager.dtypes", 4096)
 _LAYOUTS = memo_table("eager.layouts", 4096)  # shape -> its contiguous Layout
 _SUM = REDUCTIONS["sum"]
+_FOLDS = memo_table("eager.folds", 256)  # (reduction, dtype) -> _how_to_fold's answer
 
 
 def threshold() -> int:
@@ -294,8 +295,7 @@ def sum_to(g, shape: tuple) -> np.ndarray:
     if g.shape == shape:
         return g
     if not shape:  # a 0-d operand (a scalar parameter): every axis, the everyday case
-        return np.asarray(np.add.reduce(g, axis=None, dtype=_SUM.accumulator_dtype(g.dtype)),
-                          dtype=_SUM.result_dtype(g.dtype))
+        return _fold(_SUM, g, g.shape, None, False)
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
                                       if n == 1 and g.shape[lead + i] != 1)
@@ -417,8 +417,18 @@ def _fold(r: ReduceDef, x: np.ndarray, shape: tuple, axes: tuple, keepdims: bool
     """The reduction ``r`` of ``x`` as the engine computes it, with the ufunc of the row
     it folds with (``add``, ``maximum``...): sums accumulate wide (float64 for floats),
     a mean divides after."""
-    wide = None if r.accumulate == "same" else r.accumulator_dtype(x.dtype)
-    out = OPS[r.combine].numpy.reduce(x, axis=axes, dtype=wide, keepdims=keepdims)
+    how = _FOLDS.get((r.name, x.dtype))
+    if how is None:
+        how = _FOLDS.keep((r.name, x.dtype), _how_to_fold(r, x.dtype))
+    reduce, wide, result = how
+    out = reduce(x, axis=axes, dtype=wide, keepdims=keepdims)
     if r.divide:
         out = out / math.prod([shape[a] for a in axes])  # 0 / 0 is nan for an empty mean
-    return np.asarray(out, dtype=r.result_dtype(x.dtype))  # a 0-d array for a full reduce
+    return np.asarray(out, dtype=result)  # a 0-d array for a full reduce
+
+
+def _how_to_fold(r: ReduceDef, dtype: np.dtype) -> tuple:
+    """``_fold``'s ufunc.reduce, accumulator dtype (None: the input's) and result dtype
+    for ``r`` over ``dtype``."""
+    wide = None if r.accumulate == "same" else r.accumulator_dtype(dtype)
+    return OPS[r.combine].numpy.reduce, wide, r.result_dtype(dtype)
