@@ -141,8 +141,7 @@ def _fits(shape: tuple, target: tuple) -> bool:
 def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
     """``apply`` for ``values`` known to be Tensors and Python numbers, ``first`` the
     Tensor whose shape the result has."""
-    if (math.prod(first.shape) >= _modes.threshold or first.device is not CPU
-            or recording.this_thread.rec is not None):  # ``now``, spelled out: every op asks
+    if not now(first.shape, first.device):
         return None
     arrays = [v.array if type(v) is Tensor else v for v in values]
     if row.check is not None:
@@ -215,7 +214,7 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) ->
     out = blas.matmul(x, weight.T)
     if bias is None:
         return out
-    if np.result_type(out, bias) != out.dtype:
+    if bias.dtype != out.dtype and np.result_type(out, bias) != out.dtype:
         return out + bias
     return np.add(out, bias, out=out)  # out is the product's own new array
 
@@ -413,17 +412,17 @@ def _folds(r: ReduceDef, axes: tuple) -> bool:
     return r.combine is not None and len(axes) > 0
 
 
-def _fold(r: ReduceDef, x: np.ndarray, shape: tuple, axes: tuple, keepdims: bool):
-    """The reduction ``r`` of ``x`` as the engine computes it, with the ufunc of the row
-    it folds with (``add``, ``maximum``...): sums accumulate wide (float64 for floats),
-    a mean divides after."""
+def _fold(r: ReduceDef, x: np.ndarray, shape: tuple, axes: tuple | None, keepdims: bool):
+    """The reduction ``r`` of ``x`` over ``axes`` (None: every one) as the engine
+    computes it, with the ufunc of the row it folds with (``add``, ``maximum``...): sums
+    accumulate wide (float64 for floats), a mean divides after."""
     how = _FOLDS.get((r.name, x.dtype))
     if how is None:
         how = _FOLDS.keep((r.name, x.dtype), _how_to_fold(r, x.dtype))
     reduce, wide, result = how
     out = reduce(x, axis=axes, dtype=wide, keepdims=keepdims)
     if r.divide:
-        out = out / math.prod([shape[a] for a in axes])  # 0 / 0 is nan for an empty mean
+        out = out / math.prod(shape if axes is None else [shape[a] for a in axes])  # 0/0: nan
     return np.asarray(out, dtype=result)  # a 0-d array for a full reduce
 
 

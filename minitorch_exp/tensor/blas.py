@@ -338,7 +338,6 @@ class Gemm:
         bint = numba.int64 if self._blasint is ctypes.c_int64 else numba.int32
         one, zero = dtype.type(1.0), dtype.type(0.0)
         matrix = numba.from_dtype(dtype)[:, :]
-        whole = numba.int64
 
         def run(a, b, out, ta, lda, tb, ldb, tile_rows, tile_cols):
             rows, k, cols = a.shape[0], a.shape[1], b.shape[1]
@@ -352,7 +351,7 @@ class Gemm:
                      pa + r0 * a.strides[0], bint(lda), pb + c0 * b.strides[1], bint(ldb),
                      zero, pc + r0 * out.strides[0] + c0 * out.strides[1], bint(ldc))
 
-        signature = numba.void(matrix, matrix, matrix, *[whole] * 6)
+        signature = numba.void(matrix, matrix, matrix, *[numba.int64] * 6)
         return numba.njit(signature, nogil=True, parallel=parallel)(run)
 
     @classmethod
