@@ -40,6 +40,7 @@ import sys
 from collections import Counter
 
 import pytest
+from hypothesis import settings
 
 try:
     import resource
@@ -49,6 +50,11 @@ except ImportError:  # Windows: no getrusage; the memory line is left out
 LIMIT_ENV = "MINITORCH_TEST_MAX_RSS_MB"
 RECYCLE_ENV = "MINITORCH_TEST_RECYCLE_RSS_MB"
 DEFAULT_RECYCLE_MB = 1000.0
+
+# No per-example deadline: the first example of a structure compiles its kernel
+# (numba, or NVRTC on a GPU), and a unit test asserts values, never timings.
+settings.register_profile("minitorch", deadline=None)
+settings.load_profile("minitorch")
 
 #: Where a bare import failure comes from -> what the reader should know about it.
 _EXPLAINED_IMPORTS = {
