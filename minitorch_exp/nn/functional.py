@@ -230,7 +230,7 @@ def nll_loss(log_probs: Node, target, reduction: str = "mean") -> Node:
 
 def mse_loss(input: Node, target, reduction: str = "mean") -> Node:  # noqa: A002
     if not isinstance(target, Node):
-        target = Node(from_array(np.ascontiguousarray(target, dtype=input.dtype))).to(input.device)
+        target = Node(from_array(np.asarray(target, dtype=input.dtype, order="C"))).to(input.device)
     if tuple(input.shape) != tuple(target.shape):
         raise ValueError(f"mse_loss: input shape {input.shape} != target shape {target.shape}")
     d = input - target

@@ -33,6 +33,7 @@ from . import expr as _expr
 from . import layout as L
 from .backends import device_backend
 from .caches import memo_table
+from .device import CPU
 from .expr import (
     COMPLEX,
     MAPPER,
@@ -269,7 +270,7 @@ def evaluate(e: Exp):
     view = evaluated(e, _REALIZING)  # a contiguous view of a computed base: no copy pass
     if view is not None:
         return view
-    dst = creation.new_empty(e.shape, e.dtype, e.device)
+    dst = creation.new_empty(e.shape, e.dtype, e.device or CPU)  # numbers alone: on the CPU
     assign(dst, e, prepare=False)
     return dst
 

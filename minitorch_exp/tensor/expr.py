@@ -28,7 +28,6 @@ import numpy as np
 
 from . import dtypes
 from .caches import memo_table, on_invalidate
-from .device import CPU
 from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_axis, normalize_shape
 from .ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function, use_expressions
 from .tokens import TREE, TreeToken, leaf_tokens, opaque_token
@@ -638,6 +637,8 @@ def _check_shapes(name: str, args) -> tuple[int, ...]:
 
 
 def _check_devices(name: str, args):
+    """The one device of ``args``; None where they are all numbers, so that an
+    expression of numbers alone (``lo < hi``) joins a tensor on any device."""
     first = args[0].device
     if all(a.device is first for a in args[1:]) and first is not None:
         return first
@@ -645,7 +646,7 @@ def _check_devices(name: str, args):
     if len(devices) > 1:
         raise ValueError(f"{name}: operands are on different devices "
                          f"({'; '.join(operand_str(a) for a in args)}); move them with .to()")
-    return devices.pop() if devices else CPU
+    return devices.pop() if devices else None
 
 
 def _matmul_shape(a: Exp, b: Exp):

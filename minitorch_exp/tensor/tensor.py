@@ -140,7 +140,8 @@ class Tensor(Exp):
         if device == self.device:
             return self
         data = device.xp.asarray(self.numpy()) if device.type != "cpu" else self.numpy()
-        return from_array(np.ascontiguousarray(data) if device.type == "cpu" else data, device)
+        # np.asarray, not np.ascontiguousarray: that one makes a 0-d array 1-d
+        return from_array(np.asarray(data, order="C") if device.type == "cpu" else data, device)
 
     def cpu(self) -> Tensor:
         return self.to("cpu")
@@ -304,7 +305,8 @@ def array_view(storage: Storage, layout: L.Layout):
         return np.ndarray(layout.shape, data.dtype, buffer=base, offset=start * item,
                           strides=strides)
     xp = storage.device.xp
-    ptr = data.data + layout.offset * item
+    # an empty view's offset may lie past its buffer, where CuPy refuses a pointer
+    ptr = data.data + layout.offset * item if layout.numel else data.data
     return xp.ndarray(layout.shape, data.dtype, memptr=ptr, strides=strides)
 
 

@@ -160,6 +160,15 @@ def test_mse_matches_torch(device, reduction):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_mse_of_a_0d_input_and_a_number_is_0d(device):
+    x = mt.tensor(np.float32(1.5), requires_grad=True, device=device)
+    loss = F.mse_loss(x, 0.5)
+    assert loss.shape == ()
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2.0)  # d(x - 0.5)^2/dx at 1.5
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_extreme_logits_match_torch(device):
     torch = pytest.importorskip("torch")
     z = np.array([[1000.0, -1000.0, 3.0], [-1000.0, 999.0, 1000.0]], np.float32)

@@ -12,6 +12,7 @@ from minitorch_exp.tensor import (
     Tensor,
     apply_op,
     clip,
+    evaluate,
     exp,
     from_numpy,
     log,
@@ -341,3 +342,16 @@ def test_views_of_expressions(device, case):
     check(e.flatten(), ref.reshape(-1))
     if ref.ndim >= 2:
         check(e.transpose(0, 1), np.swapaxes(ref, 0, 1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_expression_of_numbers_alone_joins_a_tensor_on_any_device(device):
+    """``lo < hi`` of two numbers has no device of its own (clip's derivative builds it)."""
+    from minitorch_exp.tensor.expr import as_exp
+
+    both = as_exp(-0.5) < as_exp(0.7)
+    assert both.device is None
+    x = on_device(np.array([-1.0, 0.0, 1.0]), device)
+    got = ((x < as_exp(-0.5)) & both).numpy()
+    np.testing.assert_array_equal(got, [True, False, False])
+    np.testing.assert_array_equal(evaluate(both).numpy(), True)  # alone: on the CPU
