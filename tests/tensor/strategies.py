@@ -54,11 +54,10 @@ def elem_strides(arr: np.ndarray) -> tuple[int, ...]:
 
 
 def numpy_can_view(arr: np.ndarray, new) -> bool:
-    """NumPy's own answer: setting ``shape`` on a view raises when a copy is needed."""
-    v = arr.view()
+    """NumPy's own answer: ``reshape(copy=False)`` raises when a copy is needed."""
     try:
-        v.shape = new
-    except AttributeError:
+        np.reshape(arr, new, copy=False)
+    except ValueError:
         return False
     return True
 
