@@ -48,7 +48,7 @@ def _written_on_host(shape, dtype, device, write, arg) -> Tensor:
 
 
 def _fill(t: Tensor, value) -> None:
-    t.storage.data[...] = value  # new_empty made it: the whole flat buffer, in order
+    t.storage.data.fill(value)  # new_empty made it: the whole flat buffer (on a GPU: a memset)
 
 
 def empty(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
@@ -83,7 +83,11 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu") -> Tensor:
     if dtype is None:
         # A list, not an array: Python floats default to float32 as in ``tensor``.
         dtype = dtypes.default_dtype_for([start, stop, step])
-    return _make(np.arange(start, stop, step, dtype=dtypes.as_dtype(dtype)), device)
+    dtype, device = dtypes.as_dtype(dtype), as_device(device)
+    whole = dtype.kind in "iu" and all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+    if device.type != "cpu" and whole:  # made on the device: no copy, no wait
+        return from_array(device.xp.arange(start, stop, step, dtype=dtype), device)
+    return _make(np.arange(start, stop, step, dtype=dtype), device)
 
 
 def rand(*shape, dtype=dtypes.float32, device="cpu", generator=None) -> Tensor:

@@ -11,6 +11,7 @@ from minitorch_exp.tensor import (
     Device,
     Tensor,
     arange,
+    as_device,
     bool_,
     default_generator,
     empty,
@@ -34,6 +35,7 @@ from minitorch_exp.tensor import (
     zeros_like,
 )
 
+from ..devices import DEVICES
 from .strategies import ALL_DTYPES, arrays, assert_matches, shapes
 
 # ---- from_numpy: zero-copy -----------------------------------------------------------
@@ -147,15 +149,19 @@ def test_shape_spellings_and_defaults():
         zeros(2, -1)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("args", [(5,), (2, 9), (2, 9, 3), (5, 0, -1), (0.0, 1.0, 0.25),
                                   (1, 2.5, 0.5), (-3,)])
-def test_arange_matches_numpy(args):
+def test_arange_matches_numpy(args, device):
     ref = np.arange(*args)
-    t = arange(*args)
+    t = arange(*args, device=device)
+    assert t.device == as_device(device)
     np.testing.assert_allclose(t.numpy(), ref, rtol=1e-6)
     # Python floats default to float32 (as everywhere else), ints to int64.
     assert t.dtype == (float32 if ref.dtype.kind == "f" else int64)
-    assert arange(*args, dtype="float64").dtype == float64
+    assert arange(*args, dtype="float64", device=device).dtype == float64
+    np.testing.assert_array_equal(arange(*args, dtype="int32", device=device).numpy(),
+                                  np.arange(*args, dtype=np.int32))
 
 
 def test_rand_and_randn_are_seeded():
