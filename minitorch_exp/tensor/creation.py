@@ -84,7 +84,8 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu") -> Tensor:
         # A list, not an array: Python floats default to float32 as in ``tensor``.
         dtype = dtypes.default_dtype_for([start, stop, step])
     dtype, device = dtypes.as_dtype(dtype), as_device(device)
-    whole = dtype.kind in "iu" and all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+    whole = dtype.kind in "iu" and all(isinstance(v, (int, np.integer))
+                                       for v in (start, stop, step))
     if device.type != "cpu" and whole:  # made on the device: no copy, no wait
         return from_array(device.xp.arange(start, stop, step, dtype=dtype), device)
     return _make(np.arange(start, stop, step, dtype=dtype), device)
