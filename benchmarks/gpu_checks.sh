@@ -6,8 +6,10 @@
 #
 # Logs go to OUT_DIR (env.log, cuda_tests.log, cuda_tests.xml, bench.log) and the
 # benchmark's tables to OUT_DIR/results.tar.gz. Each part stops at its time limit
-# (defaults 300 s and 150 s) so that what ran still comes back. PYTEST_ARGS
-# replace the default selection (-m cuda over tests/), e.g. to rerun failures.
+# (defaults 300 s and 150 s) so that what ran still comes back; the log has a
+# line per test (-v), so a run stopped at its limit still names its failures.
+# PYTEST_ARGS replace the default selection (-m cuda over tests/): `-- tests`
+# runs the whole suite (about 170 s on 16 cores), `-- tests/x.py -k name` reruns one.
 set -uo pipefail
 out=${1:?usage: gpu_checks.sh OUT_DIR [TEST_SECONDS] [BENCH_SECONDS] [-- PYTEST_ARGS...]}
 test_s=${2:-300}
@@ -36,7 +38,7 @@ print('smoke: exp(2x+1) on cuda =', x.numpy())"
 } 2>&1 | tee "$out/env.log"
 
 workers=${WORKERS:-$(( $(nproc) > 12 ? 12 : $(nproc) ))}
-timeout "$test_s" "$py" -m pytest -n "$workers" -p no:cacheprovider --maxfail=60 -rf \
+timeout "$test_s" "$py" -m pytest -n "$workers" -p no:cacheprovider --maxfail=60 -rf -v \
     --durations=15 --junitxml="$out/cuda_tests.xml" "${selection[@]}" 2>&1 \
     | tee "$out/cuda_tests.log"
 
