@@ -7,7 +7,7 @@
 # Logs go to OUT_DIR (env.log, cuda_tests.log, cuda_tests.xml, bench.log) and the
 # benchmark's tables to OUT_DIR/results.tar.gz. Each part stops at its time limit
 # (defaults 300 s and 150 s) so that what ran still comes back; the log has a
-# line per test (-v), so a run stopped at its limit still names its failures.
+# line per test (-vv: pyproject adds -q), so a run stopped at its limit still names its failures.
 # PYTEST_ARGS replace the default selection (-m cuda over tests/): `-- tests`
 # runs the whole suite (about 170 s on 16 cores), `-- tests/x.py -k name` reruns one.
 set -uo pipefail
@@ -38,7 +38,7 @@ print('smoke: exp(2x+1) on cuda =', x.numpy())"
 } 2>&1 | tee "$out/env.log"
 
 workers=${WORKERS:-$(( $(nproc) > 12 ? 12 : $(nproc) ))}
-timeout "$test_s" "$py" -m pytest -n "$workers" -p no:cacheprovider --maxfail=60 -rf -v \
+timeout "$test_s" "$py" -m pytest -n "$workers" -p no:cacheprovider --maxfail=60 -rf -vv \
     --durations=15 --junitxml="$out/cuda_tests.xml" "${selection[@]}" 2>&1 \
     | tee "$out/cuda_tests.log"
 
