@@ -7,7 +7,8 @@
 # Logs go to OUT_DIR (env.log, cuda_tests.log, cuda_tests.xml, bench.log) and the
 # benchmark's tables to OUT_DIR/results.tar.gz. Each part stops at its time limit
 # (defaults 300 s and 150 s) so that what ran still comes back; the log has a
-# line per test (-vv: pyproject adds -q), so a run stopped at its limit still names its failures.
+# line per test (-vv, as pyproject adds -q), so a run stopped at its limit
+# still names its failures.
 # PYTEST_ARGS replace the default selection (-m cuda over tests/): `-- tests`
 # runs the whole suite (about 170 s on 16 cores), `-- tests/x.py -k name` reruns one.
 set -uo pipefail
