@@ -309,6 +309,9 @@ def fill_(x: Node, value) -> Node:
 
 
 def copy_(x: Node, src, non_blocking: bool = False) -> Node:
+    """As torch's: ``src`` may be of another dtype and on another device."""
+    if isinstance(src, Node) and src.device != x.device:
+        src = src.to(x.device)
     return _in_place(x, "=", src, "copy_")
 
 

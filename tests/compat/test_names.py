@@ -16,6 +16,8 @@ import minitorch_exp.nn.functional as F
 from minitorch_exp import nn
 from minitorch_exp.tensor.device import cuda_available
 
+from ..devices import DEVICES
+
 
 def torch_or_skip():
     return pytest.importorskip("torch")
@@ -251,6 +253,20 @@ def test_method_forms():
     assert x.clone().numpy().tolist() == x.numpy().tolist()
     assert x.detach().numpy().tolist() == x.numpy().tolist()
     assert mt.ones(1).expand_as(x).shape == (2, 3) and x.long().type_as(x).dtype == np.float32
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_copy_takes_its_source_from_any_device(device):
+    """As torch's ``copy_``: loading host values into a parameter on the GPU (the
+    tutorials' weight sharing) and reading a GPU tensor back into a host one."""
+    w = mt.zeros(2, 3, device=device, requires_grad=True)
+    values = np.arange(6, dtype=np.float64).reshape(2, 3)
+    with mt.no_grad():
+        assert w.copy_(mt.tensor(values)) is w  # float64 on the cpu into float32 here
+    assert str(w.device) == str(mt.device(device)) and w.dtype == np.float32
+    assert w.tolist() == values.tolist()
+    host = mt.zeros(2, 3)
+    assert host.copy_(w.detach()) is host and host.tolist() == values.tolist()
 
 
 def test_in_place_methods():

@@ -103,7 +103,7 @@ def ported(name: str) -> dict:
 def as_array(x) -> np.ndarray:
     """A tensor of either library, a number or a list of them, as a float64 array."""
     if hasattr(x, "detach"):
-        x = x.detach().numpy()
+        x = x.detach().cpu().numpy()  # on a GPU machine both scripts run on cuda
     if isinstance(x, (list, tuple)):
         return np.array([as_array(v) for v in x], dtype=np.float64)
     return np.asarray(x, dtype=np.float64)
