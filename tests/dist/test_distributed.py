@@ -127,9 +127,12 @@ def test_init_without_an_mpi_library_says_so():
     pytest.importorskip("mpi4py")
     env = {**ENV, "MPI4PY_LIBMPI": "/nonexistent/libmpi.so.12"}
     proc = python("import minitorch_exp.distributed as dist\n"
-                  "try:\n    dist.init()\n"
+                  "try:\n    dist.init()\n    print('initialized')\n"
                   "except dist.DistributedError as err:\n    print(err)\n", env)
     assert proc.returncode == 0, proc.stderr
+    if proc.stdout.strip() == "initialized":  # a source build, linked to its library
+        pytest.skip("this mpi4py build ignores MPI4PY_LIBMPI (PyPI's wheels load the "
+                    "library it names)")
     assert "cannot load an MPI library" in proc.stdout, proc.stdout
     assert "/nonexistent/libmpi.so.12" in proc.stdout and "pip install mpich" in proc.stdout
 
