@@ -4,8 +4,9 @@
 each case (the seed and Adam updates at 1e5 elements, the 784-256-10 MLP step
 at batch 128, eager and captured) it prints
 
-* the time per call with one device synchronize at the end of the run, and
-  with one after every call: equal times mean the host is the bottleneck;
+* the time per call (``common.timeit``) with a device synchronize around each
+  round of calls, and with one after every call: equal times mean the host is
+  the bottleneck;
 * a cProfile table of the calls, by own time and by cumulative time.
 
     python benchmarks/profile_cuda.py                 # on a GPU machine with CuPy
@@ -21,7 +22,6 @@ import cProfile
 import io
 import pstats
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_mlp  # noqa: E402
 import bench_update as upd  # noqa: E402
-from common import print_machine_info  # noqa: E402
+from common import print_machine_info, timeit  # noqa: E402
 
 import minitorch_exp as mt  # noqa: E402
 
@@ -50,16 +50,6 @@ def cases(device: str) -> dict[str, Callable[[], Callable[[], object]]]:
     }
 
 
-def per_call(call, sync, calls: int, each: bool) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-        if each:
-            sync()
-    sync()
-    return (time.perf_counter() - start) / calls
-
-
 def profile_table(call, sync, calls: int, top: int) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -77,7 +67,7 @@ def profile_table(call, sync, calls: int, top: int) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--calls", type=int, default=300, help="calls timed and profiled")
+    parser.add_argument("--calls", type=int, default=300, help="calls profiled")
     parser.add_argument("--top", type=int, default=30, help="rows of each profile table")
     parser.add_argument("--only", help="run only the cases whose name contains this")
     args = parser.parse_args(argv)
@@ -93,10 +83,10 @@ def main(argv=None) -> int:
         for _ in range(20):  # compile, capture, warm the caches
             call()
         sync()
-        at_end = per_call(call, sync, args.calls, each=False)
-        each = per_call(call, sync, args.calls, each=True)
-        print(f"\n==== {name}: {at_end * 1e6:.1f} us a call (sync at the end), "
-              f"{each * 1e6:.1f} us (sync after each)")
+        at_end = timeit(call, sync=sync)  # a synchronize around each round of calls
+        each = timeit(lambda call=call: (call(), sync()), sync=sync)
+        print(f"\n==== {name}: {at_end * 1e6:.1f} us a call (sync after each round), "
+              f"{each * 1e6:.1f} us (sync after each call)")
         print(profile_table(call, sync, args.calls, args.top))
     return 0
 
