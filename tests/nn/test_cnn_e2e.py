@@ -149,7 +149,8 @@ def tiny_mnist(tmp_path_factory) -> Path:
 def test_the_script_trains_checkpoints_and_resumes(tiny_mnist, tmp_path):
     pytest.importorskip("tqdm")
     pytest.importorskip("matplotlib")
-    env = {"MPLBACKEND": "Agg", "TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin"}
+    env = {"MPLBACKEND": "Agg", "TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(ROOT)}  # where the package is not installed (the GPU image)
     args = [sys.executable, str(EXAMPLE), "--data-dir", str(tiny_mnist), "--out",
             str(tmp_path / "run"), "--batch-size", "32", "--width", "4", "8", "--hidden", "16"]
     first = subprocess.run([*args, "--epochs", "1"], capture_output=True, text=True, env=env,
