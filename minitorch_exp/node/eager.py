@@ -303,14 +303,17 @@ def sum_to(g, shape: tuple) -> np.ndarray:
 
 def broadcast_back(g: np.ndarray, shape: tuple, axes: tuple) -> np.ndarray:
     """A reduction's gradient ``g`` (its result's shape, reduced ``axes`` kept as 1 or
-    dropped) as a read-only view of ``shape``: ``np.broadcast_to`` without its argument
-    handling, which costs ten times the view (a full sum's backward on every step)."""
-    g = g.reshape(tuple([1 if i in axes else n for i, n in enumerate(shape)]))
-    if not g.flags.c_contiguous:  # a view itself (a broadcast one, from a second sum)
-        return np.broadcast_to(g, shape)
-    strides = tuple([0 if i in axes else s for i, s in enumerate(g.strides)])
-    g.flags.writeable = False  # the view below then is too: nobody writes into g
-    return np.ndarray(shape, g.dtype, g, 0, strides)
+    dropped) spread back over ``shape``, into a new array: written, not a stride-0 view,
+    as NumPy's ufuncs run on a view at about half their contiguous speed (``g * 2`` on
+    2000 elements: 1.4 us against 0.8) and making the view cost more than the writes
+    (1.9 us against 0.6 for a full sum's backward on 2000 elements, the everyday case);
+    below the threshold the array is small."""
+    out = np.empty(shape, g.dtype)
+    if g.ndim == 0:
+        out.fill(g)
+    else:
+        np.copyto(out, g.reshape(tuple([1 if i in axes else n for i, n in enumerate(shape)])))
+    return out
 
 
 def backward_now(out) -> bool:

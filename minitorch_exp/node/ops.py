@@ -399,7 +399,7 @@ def getitem(x: Node, key) -> Node:
 
 def _grad_to_input(g, ctx, at_once: bool = True):
     """Broadcast a reduction's gradient back over the axes it removed: below the fusion
-    threshold (and ``at_once``), as a read-only NumPy view (node/eager.py)."""
+    threshold (and ``at_once``), as a new NumPy array (``eager.broadcast_back``)."""
     shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
     if at_once and eager.now(shape, CPU if type(g) is np.ndarray else g.device):
         return eager.broadcast_back(eager.as_array(g), shape, axes)

@@ -155,9 +155,10 @@ def test_reductions_and_broadcasts_on_both_sides(what, rows, dtype, seed):
 
 @settings(max_examples=60, deadline=None)
 @given(shape=st.lists(st.integers(1, 4), min_size=0, max_size=4), data=st.data())
-def test_a_reduction_s_gradient_broadcast_back_is_numpy_s_read_only_view(shape, data):
+def test_a_reduction_s_gradient_is_spread_back_into_a_new_array(shape, data):
     """``broadcast_back`` (the at-once backward of a reduction) against np.broadcast_to,
-    for gradients with the reduced axes kept or dropped, contiguous or not."""
+    for gradients with the reduced axes kept or dropped, contiguous or not: a new
+    C-contiguous array of its own (ops on it run at NumPy's contiguous speed)."""
     shape = tuple(shape)
     axes = tuple(sorted(data.draw(st.sets(st.integers(0, max(len(shape) - 1, 0)))
                                   if shape else st.just(set()))))
@@ -167,10 +168,13 @@ def test_a_reduction_s_gradient_broadcast_back_is_numpy_s_read_only_view(shape, 
     if data.draw(st.booleans()):  # a gradient that is a strided view itself
         g = np.broadcast_to(g, kept) if g.ndim == 0 else np.asfortranarray(g)[..., ::-1]
     given_g = g if keepdims else g.reshape([n for i, n in enumerate(kept) if i not in axes])
-    view = broadcast_back(given_g, shape, axes)
-    np.testing.assert_array_equal(view, np.broadcast_to(g, shape))
-    assert view.shape == shape and not view.flags.writeable
-    assert given_g.flags.writeable == g.flags.writeable  # the caller's array is untouched
+    before = given_g.copy()
+    spread = broadcast_back(given_g, shape, axes)
+    np.testing.assert_array_equal(spread, np.broadcast_to(g, shape))
+    assert spread.shape == shape and spread.dtype == g.dtype
+    assert spread.flags.c_contiguous and spread.flags.owndata
+    assert not np.shares_memory(spread, given_g)
+    np.testing.assert_array_equal(given_g, before)  # the caller's array is untouched
 
 
 def test_a_reduction_of_a_large_input_stays_one_fused_pass():
