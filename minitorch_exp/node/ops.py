@@ -158,7 +158,10 @@ def pair_now(op: str, x, y) -> Node | None:
         return None
     xa = x if tx is None else tx.array
     ya = y if ty is None else ty.array
-    made = eager.apply_row(row, (xa, ya), like.dtype)
+    if like.shape:
+        made = eager.apply_row(row, (xa, ya), like.dtype)
+    else:  # 0-d operands: a scalar parameter's
+        made = eager.apply_scalar(row, xa, ya, like.dtype)
     if made is None:
         return None
     out, oa = made

@@ -150,14 +150,31 @@ def _clip(x, lo, hi, out=None):
 
 
 def _pow(a, b, out=None):
-    """``np.power``, but a float raised to the Python number 2 or 3 is multiplied out, as
-    PyTorch does (NumPy's float32 pow costs ~60 ns an element; ``x ** 3`` on 2000
-    elements took 120 us, PyTorch's 2 us)."""
+    """``np.power`` with pow's results throughout:
+
+    * a float raised to the Python number 2 or 3 is multiplied out, as PyTorch does
+      (NumPy's float32 pow costs ~60 ns an element; ``x ** 3`` on 2000 elements took
+      120 us, PyTorch's 2 us);
+    * for a scalar exponent of 0.5 NumPy takes a square root instead, which gives nan
+      at -inf and -0.0 at -0.0, where pow (the compiled kernels', and NumPy's with an
+      array exponent) gives inf and 0.0: those two are put right."""
     if type(b) in (int, float) and b in (2, 3) and getattr(a, "dtype", None) is not None \
             and a.dtype.kind == "f":
         square = np.multiply(a, a, out=out if b == 2 else None)  # out may be a's memory
         return square if b == 2 else np.multiply(square, a, out=out)
-    return np.power(a, b, out=out)
+    if not _is_scalar_half(b):
+        return np.power(a, b, out=out)
+    root = np.power(a, b)
+    return np.add(np.where(np.equal(a, -np.inf), np.inf, root), 0.0, out=out)  # -0.0 + 0.0: 0.0
+
+
+def _is_scalar_half(b) -> bool:
+    """Whether ``b`` is an exponent NumPy's power treats as a square root: 0.5 as a
+    number (a NumPy scalar too) or a one-element float array (broadcast, it is read with
+    stride 0)."""
+    if isinstance(b, (float, np.floating)):
+        return b == 0.5
+    return type(b) is np.ndarray and b.size == 1 and b.dtype.kind == "f" and b.flat[0] == 0.5
 
 
 # ---- derivatives: each next to the op it belongs to (see module docstring) ----
@@ -275,8 +292,8 @@ def _d_pow_base(e, g, a, b):
     if n is not None:
         if n == 2:  # a ** 1 is a, without pow's cost
             return g * 2 * a
-        return g * 0.0 if n == 0 else g * n * a ** (n - 1)
-    return e.where(b == 0, 0, g * b * a ** (b - 1))
+        return g * 0.0 if n == 0 else g * n * e.pow(a, n - 1)  # NumPy's ** takes sqrt for 0.5
+    return e.where(b == 0, 0, g * b * e.pow(a, b - 1))
 
 
 def _d_pow_exponent(e, g, out, a, b):

@@ -101,6 +101,38 @@ def test_a_python_number_operand_on_both_sides(name, number):
         assert_same(at_once, fused, dtype)
 
 
+SPECIAL = st.sampled_from([1.5, 0.5, -0.0, 3e-8, -2.0, 6e4, 1e300, np.inf, -np.inf, np.nan])
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from([n for n in ROWS if OPS[n].arity == 2]), dtype=DTYPES,
+       x=SPECIAL, y=SPECIAL, form=st.sampled_from(["tensors", "number right", "number left"]))
+def test_a_binary_op_on_0d_operands_on_both_sides(name, dtype, x, y, form):
+    """Scalar parameters (``lr * a.grad``, ``a * b``): each binary row on 0-d tensors and
+    Python numbers gives, at once, the engine's value (arithmetic bit for bit) and its
+    gradients, special values too."""
+    results = []
+    for threshold in (0, 1 << 20):
+        with mt.fusion(threshold=threshold), np.errstate(all="ignore"):
+            a = mt.tensor(np.asarray(x, dtype), requires_grad=True)
+            b = mt.tensor(np.asarray(y, dtype), requires_grad=True)
+            out = mt.op(name, *{"tensors": (a, b), "number right": (a, y),
+                                "number left": (x, b)}[form])
+            out.backward()
+            grads = [t.grad.numpy().copy() for t in (a, b) if t.grad is not None]
+            results.append((out.numpy().copy(), grads))
+    (fused, fused_grads), (at_once, at_once_grads) = results
+    assert at_once.dtype == fused.dtype
+    # one IEEE operation is exact; pow is NumPy's libm against the kernels' (a few ulps)
+    ulps = 0 if name in ("add", "sub", "mul", "div") else 4 * np.finfo(dtype).eps
+    np.testing.assert_allclose(at_once, fused, rtol=ulps, atol=0)  # nan where nan
+    if at_once == 0:
+        assert np.signbit(at_once) == np.signbit(fused)
+    assert len(at_once_grads) == len(fused_grads)
+    for g1, g2 in zip(at_once_grads, fused_grads):
+        np.testing.assert_allclose(g1, g2, rtol=TOL[dtype]["rtol"])
+
+
 @pytest.mark.parametrize("name", ROWS)
 def test_gradients_computed_at_once_match_finite_differences(name):
     rng = np.random.default_rng(3)
@@ -284,6 +316,42 @@ def test_an_in_place_update_at_once_equals_the_engine_s():
                 w /= 4
             np.testing.assert_allclose(w.numpy(), ((np.arange(6).reshape(2, 3) - 0.05) * 2
                                                    + 1) / 4, rtol=1e-6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(saver=st.sampled_from(["+=", "-=", "*=", "/="]),
+       dtype=DTYPES,
+       start=st.sampled_from([1.5, -0.0, 3e-8, 6e4, 1e300, np.inf, np.nan]),
+       value=st.one_of(st.sampled_from([0, 2, -1e-6, 0.1, 1e300, np.inf, np.nan]),
+                       st.tuples(DTYPES, st.sampled_from([0.0, 1e-6, -2.5, 7e4, 1e300,
+                                                          np.nan]))),
+       viewed=st.booleans())
+def test_a_0d_in_place_update_at_once_equals_the_engine_s(saver, dtype, start, value,
+                                                          viewed):
+    """A scalar parameter's update (``a -= lr * a.grad``) at once, bit for bit as the
+    engine's, for both float dtypes, Python numbers and 0-d tensors of either float
+    dtype, overflow, infinities, nan, division by zero; also into a 0-d view of a vector."""
+    results = []
+    for threshold in (0, 1 << 20):
+        with mt.fusion(threshold=threshold), mt.no_grad(), np.errstate(all="ignore"):
+            base = mt.tensor(np.full(3, start, dtype=dtype))
+            dst = base[1] if viewed else mt.tensor(np.asarray(start, dtype=dtype))
+            v = value if not isinstance(value, tuple) else \
+                mt.tensor(np.asarray(value[1], dtype=value[0]))
+            if saver == "+=":
+                dst += v
+            elif saver == "-=":
+                dst -= v
+            elif saver == "*=":
+                dst *= v
+            else:
+                dst /= v
+            results.append((dst.numpy().copy(), base.numpy().copy()))
+    (fused, fused_base), (at_once, at_once_base) = results
+    assert at_once.dtype == fused.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(at_once.view(f"u{at_once.itemsize}"),
+                                  fused.view(f"u{fused.itemsize}"))
+    np.testing.assert_array_equal(at_once_base, fused_base)
 
 
 def test_an_integer_in_place_update_refused_as_by_the_engine():

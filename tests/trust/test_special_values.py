@@ -112,3 +112,20 @@ def test_clip_with_a_nan_bound_gives_nan_as_numpy_does():
         with using_cpu_backend(backend):
             got = from_numpy(np.array([1.0, 5.0])).clip(float("nan"), 3.0).numpy()
         assert np.isnan(got).all(), (backend, got)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("exponent", ["number", "NumPy scalar", "0-d", "one element"])
+def test_pow_by_a_scalar_half_is_pow_not_a_square_root(exponent, dtype):
+    """NumPy takes a square root for a scalar exponent of 0.5, which gives nan at -inf and
+    -0.0 at -0.0; pow -- NumPy's with an array exponent, and the compiled kernels' --
+    gives inf and 0.0. The op's NumPy form (the at-once path below the fusion threshold)
+    follows pow whatever the exponent's form."""
+    bases = special_values(dtype)
+    half = {"number": 0.5, "NumPy scalar": dtype(0.5), "0-d": np.asarray(0.5, dtype),
+            "one element": np.full(1, 0.5, dtype)}[exponent]
+    want = reference("pow", [bases, np.full(bases.shape, 0.5, dtype)])
+    with np.errstate(all="ignore"):
+        got = np.asarray(OPS["pow"].numpy(bases, half))
+    assert_same_values(got, want, [bases], "pow")
+    assert got[2] == np.inf and got[3] == 0 and not np.signbit(got[3])  # -inf, -0.0
