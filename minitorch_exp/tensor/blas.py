@@ -30,7 +30,8 @@ lock took 50-115 us on a 2-core VM.
 
 The pool's count is the user's (``mt.set_num_threads``, ``OPENBLAS_NUM_THREADS``,
 threadpoolctl's ``threadpool_limits``), bounds the threads a product's tiles run
-on, and comes back after each product. ``MINITORCH_BLAS_PARALLEL_MIN`` or
+on, and comes back when the last product running ends: products in several user
+threads at once all read the user's count (``_borrow``). ``MINITORCH_BLAS_PARALLEL_MIN`` or
 ``set_parallel_min`` move the blocks' bound (0: OpenBLAS decides everything, as
 plain NumPy). Products are not cut without threadpoolctl (which finds the BLAS
 library), with a BLAS other than OpenBLAS, or under numba's workqueue threading
@@ -43,6 +44,7 @@ import ctypes
 import itertools
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -70,9 +72,12 @@ SMALL_KERNEL_CPUS = frozenset({"SkylakeX", "Cooperlake", "SapphireRapids"})
 
 _env = os.environ.get("MINITORCH_BLAS_PARALLEL_MIN", "").strip()
 #: The sharing bound, the BLAS pool's controller and the ``Gemm`` (False: not looked
-#: up yet; None: there is none).
+#: up yet; None: there is none); while products run (``running``), the user's count of
+#: BLAS threads (``user_threads``), which the pool is set back to when the last ends.
 _state: dict = {"min": int(_env) if _env else DEFAULT_PARALLEL_MIN, "pool": False,
-                "gemm": False}
+                "gemm": False, "running": 0, "user_threads": 1}
+#: Guards ``running`` and ``user_threads``: products run in several user threads at once.
+_POOL_LOCK = threading.Lock()
 
 
 def parallel_min() -> int:
@@ -114,19 +119,54 @@ def matmul(a, b, out=None):
             n == 1 for n in a.shape[:-2] + b.shape[:-2]):  # a batch of one: a conv's
         return _one_of_a_batch(a, b, out)
     pool = _pool()
-    threads = pool.get_num_threads() if pool is not None else 1
-    cut = _cut(a, b, out, threads, work)
-    if threads > 1:
-        pool.set_num_threads(1)
+    threads = _borrow(pool)
     try:
+        cut = _cut(a, b, out, threads, work)
         if cut is None:
             return _whole(a, b, out)
         out = np.empty((a.shape[0], b.shape[1]), a.dtype) if out is None else out
         _gemm().run(a, b, out, *cut, threads=1 if load.busy() else threads)
         return out
     finally:
-        if threads > 1:
-            pool.set_num_threads(threads)
+        _give_back(pool)
+
+
+def _borrow(pool) -> int:
+    """The user's count of BLAS threads, the pool set to one thread while any product of
+    ours runs: the first product to start reads the count and the last to end restores
+    it, so a product in another thread never reads the one it was set to meanwhile
+    (that product would be cut otherwise, and give other bits)."""
+    if pool is None:
+        return 1
+    with _POOL_LOCK:
+        if _state["running"] == 0:
+            _state["user_threads"] = pool.get_num_threads()
+            if _state["user_threads"] > 1:
+                pool.set_num_threads(1)
+        _state["running"] += 1
+        return _state["user_threads"]
+
+
+def _give_back(pool) -> None:
+    if pool is None:
+        return
+    with _POOL_LOCK:
+        _state["running"] -= 1
+        if _state["running"] == 0 and _state["user_threads"] > 1:
+            pool.set_num_threads(_state["user_threads"])
+
+
+def set_pool_threads(n: int) -> None:
+    """Set the BLAS pool's count to ``n`` (``mt.set_num_threads``); while a product
+    runs, it is the count the pool comes back to."""
+    pool = _pool()
+    if pool is None:
+        return
+    with _POOL_LOCK:
+        if _state["running"]:
+            _state["user_threads"] = n
+        else:
+            pool.set_num_threads(n)
 
 
 def _one_of_a_batch(a, b, out):

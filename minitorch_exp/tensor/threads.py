@@ -26,9 +26,7 @@ def set_num_threads(n: int) -> None:
                          f"numba started with; set NUMBA_NUM_THREADS before importing to "
                          f"start more), got {n!r}")
     numba.set_num_threads(n)
-    pool = blas._pool()
-    if pool is not None:
-        pool.set_num_threads(n)
+    blas.set_pool_threads(n)
 
 
 def get_num_threads() -> int:

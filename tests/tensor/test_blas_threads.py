@@ -464,3 +464,43 @@ def test_products_from_several_threads_at_once_are_right():
     finally:
         blas.set_parallel_min(saved)
     assert errors == []
+
+
+def test_a_product_in_another_thread_reads_the_user_s_count_not_ours(pool, gemm, monkeypatch):
+    """While one thread's product runs its tiles (BLAS set to one thread meanwhile), a
+    product in another thread still reads the user's count -- not the one the first
+    set for its tiles -- so it is cut the same way and gives the same bits; the pool
+    is the user's again once both are done, and a count the user sets meanwhile is
+    the one it comes back to."""
+    import threading
+
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    class Pausing:  # the first product waits inside its tiles until the second has run
+        small_kernels = gemm.small_kernels
+
+        def run(self, *args, threads):
+            seen.append(threads)
+            if len(seen) == 1:
+                inside.set()
+                assert release.wait(30)
+            gemm.run(*args, threads=threads)
+
+    monkeypatch.setitem(blas._state, "gemm", Pausing())
+    a, b = np.ones((256, 256)), np.ones((256, 256))  # 2^24 multiply-adds: blocks
+    results = []
+    first = threading.Thread(target=lambda: results.append(blas.matmul(a, b)))
+    first.start()
+    try:
+        assert inside.wait(30)
+        results.append(blas.matmul(a, b))
+        assert pool.threads == 1  # the first product still runs on one BLAS thread
+        blas.set_pool_threads(3)  # the user's new count, while a product runs
+        assert pool.threads == 1
+    finally:
+        release.set()
+        first.join()
+    assert seen == [4, 4]
+    assert pool.threads == 3
+    for got in results:
+        np.testing.assert_array_equal(got, np.full((256, 256), 256.0))
