@@ -423,8 +423,10 @@ def under_load(min_time: float, defaults: dict) -> Table:
                 for threads in ("default", "1 thread")}
         setups = {key: functools.partial(pin_threads_to, None if key[1] == "default" else 1,
                                          defaults) for key in runs}
-        # rounds of a few hundred ms: the load drifts, and a median over many rounds holds
-        times = interleaved_timeit(runs, 4 * min_time, rounds=15, setups=setups)
+        # rounds of ~0.2 s a configuration: the load drifts, and a median over many rounds
+        # holds; with rounds of ~45 ms (a few steps each) four runs spread from 0.79x to
+        # 1.02x eager default over one thread, with ~0.3 s 1.05x and 1.06x (docs/eager.md)
+        times = interleaved_timeit(runs, 20 * min_time, rounds=15, setups=setups)
     finally:
         stop.set()
         for w in workers:
