@@ -308,7 +308,9 @@ def _alone(names, arch: str, batch: int, threads: int, min_time: float,
     the median over ``rounds``. Not in one process: after each parallel region
     PyTorch's OpenMP threads spin, waiting for the next, and meanwhile hold the core the
     other library's threads need (ours ran the 784-512-256-10 batch-32 step in 2.6 ms
-    after PyTorch's turns, in 1.4 ms with ``OMP_WAIT_POLICY=PASSIVE``)."""
+    after PyTorch's turns, in 1.4 ms with ``OMP_WAIT_POLICY=PASSIVE``). A process per
+    turn, ended after it: kept alive across turns (tried), an idle PyTorch process's
+    threads spun into our turns the same way (our steps 1.06-1.17x PyTorch's)."""
     spawn = multiprocessing.get_context("spawn")
     samples: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(rounds):
