@@ -423,6 +423,8 @@ def test_a_product_into_its_own_operand_is_not_cut(pool):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+# forking a process whose threads have run is the point (Python 3.12 warns of it)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_computes_products_in_blocks(pool, gemm):
     a, b = np.ones((256, 64)), np.ones((64, 1024))
     blas.matmul(a, b)  # the parent's threads have run blocks
