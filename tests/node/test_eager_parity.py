@@ -133,6 +133,38 @@ def test_a_binary_op_on_0d_operands_on_both_sides(name, dtype, x, y, form):
         np.testing.assert_allclose(g1, g2, rtol=TOL[dtype]["rtol"])
 
 
+SPECIAL_VALUES = [1.5, 0.5, -0.0, 0.0, 3e-8, -2.0, 6e4, 1e300, -1e300, np.inf, -np.inf,
+                  np.nan, 1e-45]
+
+
+def assert_same_bits_or_ulps(got, want, dtype: str, ulps: int) -> None:
+    """Equal up to ``ulps`` units in the last place, nan where nan, zeros of one sign."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    np.testing.assert_allclose(got, want, rtol=ulps * np.finfo(dtype).eps, atol=0)
+    zeros = (got == 0) & (want == 0)
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
+
+
+@pytest.mark.parametrize("name", [n for n in ROWS if OPS[n].arity == 1])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_unary_op_on_special_values_on_both_sides(name, dtype):
+    """Each unary row on every special value, as a 0-d tensor and in a vector: at once
+    (NumPy) the engine's values and gradients, up to a few ulps (tanh's gradient,
+    1 - tanh^2, loses bits to cancellation: 6 ulps at 1.5)."""
+    for shape, value in [(s, v) for s in ((), (3,)) for v in SPECIAL_VALUES]:
+        results = []
+        for threshold in (0, 1 << 20):
+            with mt.fusion(threshold=threshold), np.errstate(all="ignore"):
+                x = mt.tensor(np.full(shape, value, dtype), requires_grad=True)
+                out = mt.op(name, x)
+                out.backward(mt.tensor(np.full(shape, 0.7, dtype)))
+                results.append((out.numpy().copy(), x.grad.numpy().copy()))
+        (fused, fused_grad), (at_once, at_once_grad) = results
+        assert at_once.dtype == fused.dtype and at_once_grad.dtype == fused_grad.dtype
+        assert_same_bits_or_ulps(at_once, fused, dtype, 4)
+        assert_same_bits_or_ulps(at_once_grad, fused_grad, dtype, 16)
+
+
 @pytest.mark.parametrize("name", ROWS)
 def test_gradients_computed_at_once_match_finite_differences(name):
     rng = np.random.default_rng(3)
