@@ -31,6 +31,7 @@ import numpy as np
 from ..tensor import blas
 from ..tensor import capture as recording
 from ..tensor.caches import memo_table
+from ..tensor.cpu_numpy import SAVER_UFUNCS
 from ..tensor.device import CPU
 from ..tensor.engine import realize as fuse
 from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
@@ -187,8 +188,8 @@ def apply_row(row: OpDef, operands: tuple, dtype: np.dtype) -> tuple[Tensor, np.
 #: same promotion, the same warnings): on 0-d operands it takes 0.1 us, where the ufunc
 #: takes 1.0 and making its scalar result an array 0.5 more (``lr * a.grad`` for a scalar
 #: parameter; tests/node/test_eager_parity.py::test_a_binary_op_on_0d_operands_...).
-_SCALAR_ROWS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
-                "div": operator.truediv}
+_SCALAR_ROWS = {name: getattr(operator, OPS[name].operator) for name in ("add", "sub", "mul",
+                                                                        "div")}
 _SCALAR_LAYOUT = contiguous(())
 
 
@@ -244,14 +245,14 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) ->
     return np.add(out, bias, out=out)  # out is the product's own new array
 
 
-_SAVERS = {"=": np.copyto, "+=": np.add, "-=": np.subtract, "*=": np.multiply,
-           "/=": np.true_divide}
-#: The savers on one element: NumPy's scalar arithmetic gives the ufunc's result (the same
-#: IEEE operation, promotion and warnings) in 0.1 us where a ufunc writing into a 0-d
-#: array takes 0.85 -- the update of every scalar parameter (tests/node/
-#: test_eager_parity.py::test_a_0d_in_place_update_at_once_equals_the_engine_s).
-_SCALAR_SAVERS = {"+=": operator.add, "-=": operator.sub, "*=": operator.mul,
-                  "/=": operator.truediv}
+_SAVERS = {"=": np.copyto, **SAVER_UFUNCS}
+#: Each in-place saver's row as a Python operator: ``x -= y`` is ``x - y`` written back
+#: (node.py records it so under grad). On one element NumPy's scalar arithmetic gives the
+#: ufunc's result (the same IEEE operation, promotion and warnings) in 0.1 us where a
+#: ufunc writing into a 0-d array takes 0.85 -- the update of every scalar parameter
+#: (tests/node/test_eager_parity.py::test_a_0d_in_place_update_at_once_equals_the_engine_s).
+SAVER_OPERATORS = {saver: _SCALAR_ROWS[name] for saver, name in
+                   (("+=", "add"), ("-=", "sub"), ("*=", "mul"), ("/=", "div"))}
 
 
 def assign(dst: Tensor, value, saver: str) -> bool:
@@ -271,7 +272,7 @@ def assign(dst: Tensor, value, saver: str) -> bool:
     if write is np.copyto:
         np.copyto(arr, value)
     elif arr.ndim == 0:
-        arr[()] = _SCALAR_SAVERS[saver](arr[()], value[()] if type(value) is np.ndarray else value)
+        arr[()] = SAVER_OPERATORS[saver](arr[()], value[()] if type(value) is np.ndarray else value)
     else:
         write(arr, value, out=arr)
     return True

@@ -313,7 +313,7 @@ class Node:
                     "`with mt.no_grad():` (e.g. a parameter update) or use an out-of-place op")
             # recorded out of place, as micrograd does: ``c += x`` rebinds the name c to a
             # new Node in the graph; other references to the old Node keep its value
-            out = _OUT_OF_PLACE[saver](self, other)
+            out = eager.SAVER_OPERATORS[saver](self, other)
             if out.shape != self.shape:
                 raise ValueError(f"in-place {saver}: the result has shape {out.shape}, the "
                                  f"tensor {self.shape}")
@@ -410,10 +410,6 @@ def _check_float(dtype) -> None:
 
 def _needs_grad(x) -> bool:
     return isinstance(x, Node) and x.requires_grad
-
-
-_OUT_OF_PLACE = {"+=": operator.add, "-=": operator.sub, "*=": operator.mul,
-                 "/=": operator.truediv}
 
 
 class _KeepOnWrite:

@@ -31,11 +31,12 @@ lock took 50-115 us on a 2-core VM.
 The pool's count is the user's (``mt.set_num_threads``, ``OPENBLAS_NUM_THREADS``,
 threadpoolctl's ``threadpool_limits``), bounds the threads a product's tiles run
 on, and comes back when the last product running ends: products in several user
-threads at once all read the user's count (``_borrow``). ``MINITORCH_BLAS_PARALLEL_MIN`` or
-``set_parallel_min`` move the blocks' bound (0: OpenBLAS decides everything, as
-plain NumPy). Products are not cut without threadpoolctl (which finds the BLAS
-library), with a BLAS other than OpenBLAS, or under numba's workqueue threading
-layer (which must not be entered from two threads at once).
+threads at once all read the user's count (``_borrow``).
+``MINITORCH_BLAS_PARALLEL_MIN`` or ``set_parallel_min`` move the blocks' bound (0:
+OpenBLAS decides everything, as plain NumPy). Products are not cut without
+threadpoolctl (which finds the BLAS library), with a BLAS other than OpenBLAS, or
+under numba's workqueue threading layer (which must not be entered from two threads
+at once).
 """
 
 from __future__ import annotations
