@@ -25,18 +25,22 @@ from __future__ import annotations
 import math
 import operator
 import warnings
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from ..tensor import blas
 from ..tensor import capture as recording
+from ..tensor.backends import device_backend
 from ..tensor.caches import memo_table
-from ..tensor.cpu_numpy import SAVER_UFUNCS
+from ..tensor.cpu_numpy import NUMPY_SLOW_OPS, SAVER_UFUNCS
 from ..tensor.device import CPU
 from ..tensor.engine import realize as fuse
 from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
 from ..tensor.layout import Layout, contiguous
 from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef
+from ..tensor.plan import NotElementwise, make_plan
 from ..tensor.tensor import Tensor
 from .grad_mode import _modes
 
@@ -149,7 +153,7 @@ def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
     if row.check is not None:
         row.check(*(v if type(v) is Tensor else Scalar(v) for v in values))
     try:
-        result = row.numpy(*arrays)
+        result = _row_values(row, arrays)
     except (TypeError, ValueError, ArithmeticError):
         return None
     if not row.builtin:
@@ -167,7 +171,7 @@ def apply_row(row: OpDef, operands: tuple, dtype: np.dtype) -> tuple[Tensor, np.
     dtype (``compute`` then decides). node/ops.py's ``pair_now`` and ``single_now``
     checked the rest."""
     try:
-        result = row.numpy(*operands)
+        result = _row_values(row, operands)
     except (TypeError, ValueError, ArithmeticError):
         return None
     if type(result) is not np.ndarray:
@@ -308,6 +312,10 @@ def derivative_of_arrays(row: OpDef, g, arrays: tuple, needs: tuple) -> tuple:
     """``derivative`` given the operands as arrays and Python numbers, the result's
     array last (what ``Context.computed`` keeps)."""
     garr = g if type(g) is np.ndarray else as_array(g)
+    if row.name in NUMPY_SLOW_OPS:
+        found = _compiled_gradients(row, garr, arrays, needs)
+        if found is not None:
+            return found
     grads = row.gradients(garr, arrays[-1], arrays[:-1], needs)
     for r in grads:  # add passes g on: as it came (a Tensor stays one)
         if (r is garr and garr is not g) or (r is not None and type(r) is not np.ndarray):
@@ -380,6 +388,112 @@ def add(a, b) -> np.ndarray:
     if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim:  # the everyday case
         return np.add(a, b)
     return np.asarray(as_array(a) + as_array(b))  # a NumPy scalar when 0-d
+
+
+# ---- ops NumPy runs slowly: one compiled loop ------------------------------------------
+
+#: Elements from which a row NumPy runs slowly (``NUMPY_SLOW_OPS``: relu, where) is
+#: computed below the threshold by a compiled loop, forward and backward
+#: (``benchmarks/bench_eager.py --only rows`` measures the crossover).
+COMPILED_FROM = 1 << 13
+#: (row, what is computed, operand dtypes) -> its ``_Compiled`` calls; False: none apply
+_COMPILED = memo_table("eager.compiled", 256, stale_on_invalidate=True)
+
+
+class _Compiled(NamedTuple):
+    """One value computed by a compiled loop over whole C-contiguous arrays of one shape
+    (``cpu_numba.flat_kernel``): the arrays of a call each leaf of its Plan reads, in
+    order (``picks``), and the Plan's scalars, which are the rule's constants."""
+
+    kernel: object
+    picks: tuple[int, ...]
+    scalars: list
+    dtype: np.dtype
+    run: Callable
+
+    def __call__(self, arrays) -> np.ndarray:
+        args = []
+        for k in self.picks:
+            args += (arrays[k].reshape(-1), 0)
+        return self.run(self.kernel, arrays[0].shape, self.dtype, args + self.scalars)
+
+
+def _flat_arrays(arrays: tuple) -> bool:
+    """Whether ``arrays`` are all C-contiguous arrays of one shape, of at least
+    ``COMPILED_FROM`` elements (no Python numbers: their values would be the Plan's
+    scalars, which ``_Compiled`` keeps)."""
+    first = arrays[0]
+    if type(first) is not np.ndarray or first.size < COMPILED_FROM:
+        return False
+    return all(type(a) is np.ndarray and a.shape == first.shape and a.flags.c_contiguous
+               for a in arrays)
+
+
+def _compiled_calls(key: tuple, build: Callable, arrays: tuple) -> tuple | None:
+    """The ``_Compiled`` calls (None for a value not wanted) of the values ``build``
+    makes as expressions over ``arrays`` wrapped as tensors, worked out on the first
+    call with ``key``; None where one does not apply. Invariant: a rule of a row in
+    ``NUMPY_SLOW_OPS`` builds the same tree for every call with the same ``key``."""
+    calls = _COMPILED.get(key)
+    if calls is None:
+        calls = _COMPILED.keep(key, _work_out(build, arrays))
+    return calls or None
+
+
+def _work_out(build: Callable, arrays: tuple) -> tuple | bool:
+    backend = device_backend(CPU)
+    if backend.name != "numba":  # the NumPy evaluator chosen: no compiled code
+        return False
+    tensors = [wrap(a) for a in arrays]
+    calls = []
+    for e in build(tensors):
+        call = None if e is None else _compile(e, tensors, backend)
+        if e is not None and call is None:
+            return False
+        calls.append(call)
+    return tuple(calls)
+
+
+def _compile(e, tensors: list, backend) -> _Compiled | None:
+    """The compiled loop of ``e``, an expression over ``tensors``; None where there is
+    none: a value passed on as it is, a matrix product or a reduction in the tree, no
+    op NumPy runs slowly (``cpu_numba.flat_kernel``), or a leaf the rule made itself
+    (a broadcast view)."""
+    if type(e) is Tensor:
+        return None
+    try:
+        plan, leaves, scalars = make_plan(e, 1)
+    except NotElementwise:
+        return None
+    picks = [k for leaf in leaves for k, t in enumerate(tensors) if t is leaf]
+    kernel = backend.flat_kernel(plan, e.dtype) if len(picks) == len(leaves) else None
+    if kernel is None:
+        return None
+    return _Compiled(kernel, tuple(picks), list(scalars), e.dtype, backend.run_flat)
+
+
+def _row_values(row: OpDef, operands: tuple):
+    """``row.numpy(*operands)``; for a row NumPy runs slowly, by its compiled loop on
+    arrays of ``COMPILED_FROM`` elements."""
+    if row.name in NUMPY_SLOW_OPS and _flat_arrays(operands):
+        calls = _compiled_calls((row.name, "forward", *[a.dtype for a in operands]),
+                                lambda ts: (Map(row, tuple(ts)),), operands)
+        if calls is not None:
+            return calls[0](operands)
+    return row.numpy(*operands)
+
+
+def _compiled_gradients(row: OpDef, g: np.ndarray, arrays: tuple, needs: tuple):
+    """``derivative_of_arrays`` for a row NumPy runs slowly, its rule built over the arrays
+    as expressions and each gradient computed by its compiled loop; None where that
+    does not apply."""
+    every = (g, *arrays)
+    if not _flat_arrays(every):
+        return None
+    calls = _compiled_calls(
+        (row.name, needs, *[a.dtype for a in every]),
+        lambda ts: row.gradients(ts[0], ts[-1], tuple(ts[1:-1]), needs), every)
+    return None if calls is None else tuple([c if c is None else c(every) for c in calls])
 
 
 # ---- other values below the threshold: expressions evaluated by a walk --------------

@@ -42,11 +42,13 @@ from __future__ import annotations
 
 import math
 
-from . import caches, numba_launch
+import numpy as np
+
+from . import caches, load, numba_launch
 from .backend_contract import EvaluatorLaunch, Lowered
 from .codegen import reduce_count
 from .counters import count
-from .cpu_numpy import NumpyBackend
+from .cpu_numpy import NUMPY_SLOW_OPS, NumpyBackend
 from .kernel_cache import cache_dir  # noqa: F401 - cpu_numba.cache_dir still works
 from .numba_compile import (  # noqa: F401 - re-exported
     UserOpCompileError,
@@ -163,6 +165,38 @@ def _make_elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
     return make_launch(kernel, loops.shape, loops.tails, (False, *loops.copies), n)
 
 
+def flat_kernel(plan, dtype):
+    """The module of ``plan`` over unit-stride 1-D operands writing ``dtype`` -- the
+    kernel the engine runs for a statement over contiguous tensors, for node/eager.py
+    to call by ``run_flat`` without the engine's lowering -- where an op of ``plan`` is
+    one NumPy runs slowly (``NUMPY_SLOW_OPS``) and every op is built in; else None."""
+    if not _runs_flat(plan):
+        return None
+    kinds = ("1",) * (1 + plan.n_leaves)
+    key = ("numba", 1, "=", kinds, np.dtype(dtype).char)
+    return compiled_or_none(plan, lambda: elementwise_kernel(plan, key, "=", kinds, dtype))
+
+
+def run_flat(kernel, shape: tuple, dtype, args: list) -> np.ndarray:
+    """A new array of ``shape`` and ``dtype`` written by ``kernel`` (``flat_kernel``) from
+    ``args``: each leaf's flat buffer and offset, then the scalars."""
+    out = np.empty(shape, dtype)
+    n = out.size
+    shared = go_parallel(n) and not load.busy()  # as ``WhenFree``: the same bits either way
+    (kernel.parallel if shared else kernel.serial)(n, out.reshape(-1), 0, *args)
+    return out
+
+
+def _runs_flat(plan) -> bool:
+    """Whether ``flat_kernel`` takes ``plan``: an op NumPy runs slowly, no user op."""
+    found = plan.compiled.get("flat")
+    if found is None:
+        names = [ins.op for ins in plan.instrs]
+        found = plan.compiled["flat"] = not NUMPY_SLOW_OPS.isdisjoint(names) and all(
+            name == "cast" or OPS[name].builtin for name in names)
+    return found
+
+
 class NumbaBackend:
     """Evaluates Plans on the CPU with one numba-compiled loop each; what it cannot
     compile, or runs slower than NumPy, goes to ``self.fallback`` (the NumPy evaluator)."""
@@ -197,6 +231,9 @@ class NumbaBackend:
             return None
         operands = len(dsts) + len(leaves)
         return make_launch(kernel, loops.shape, loops.tails, (False,) * operands, n)
+
+    #: node/eager.py's, not part of the ``Backend`` contract
+    flat_kernel, run_flat = staticmethod(flat_kernel), staticmethod(run_flat)
 
     def dot(self, dst, a, b, saver: str):
         """BLAS, through the NumPy evaluator."""

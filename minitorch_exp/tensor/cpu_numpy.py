@@ -40,6 +40,12 @@ SCRATCH_FROM = 1 << 14
 
 SAVER_UFUNCS = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.true_divide}
 
+#: Ops whose NumPy forms do not vectorize, so that on thousands of elements one compiled
+#: loop beats them (``cpu_numba.flat_values``, which eager ops below the fusion threshold
+#: use): NumPy's maximum against a scalar (relu), its where, and its multiply by a bool
+#: mask (relu's gradient on arrays). ``benchmarks/bench_eager.py --only rows`` measures.
+NUMPY_SLOW_OPS = frozenset({"relu", "where"})
+
 
 def _cast_to(dtype):
     def cast(x, out=None):
