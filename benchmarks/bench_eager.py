@@ -17,13 +17,15 @@ Sections (``--only`` picks some):
 * ``sweep``: a chain of 10 elementwise ops, forward and backward, at sizes from 16 to
   2^20 elements, computed at once (threshold above the size) and fused (threshold 0):
   where fusing starts to pay is the fusion threshold (node/grad_mode.py);
+* ``rows``: each built-in row's NumPy form against its compiled loop on 64K elements,
+  and relu computed at once with and without the loop by size (``eager.COMPILED_FROM``);
 * ``--load``: the MNIST MLP step (784-256-10, batch 128, eager and captured) with
   ``3 x cores`` busy processes in the background, default threads against one thread.
 
 Ratios are time over PyTorch's (``ops`` also over NumPy's); below 1.00x is faster. The
 machine's load average is printed before each section: compare rows of one run.
 
-Run: ``python benchmarks/bench_eager.py [--quick] [--only ops,tutorials,mlp,sweep]
+Run: ``python benchmarks/bench_eager.py [--quick] [--only ops,tutorials,mlp,sweep,rows]
 [--load]``
 """
 
@@ -537,10 +539,95 @@ def anatomy(min_time: float) -> Table:
     return table
 
 
+# ---------------------------------------------------------------- rows NumPy runs slowly
+
+ROW_SIZES = (1 << 11, 1 << 12, 1 << 13, 1 << 14, 1 << 15, 1 << 16)
+
+
+def row_operands(name: str, n: int, rng) -> list:
+    """Arrays of ``n`` float32 values for the row ``name`` (where: a bool condition)."""
+    from minitorch_exp.tensor.ops import OPS
+    arrays = [rng.uniform(0.5, 2.0 if name == "pow" else 3.0, n).astype(np.float32)
+              * (1 if name in ("log", "sqrt", "pow") else rng.choice([-1, 1], n))
+              for _ in range(OPS[name].arity)]
+    if name == "where":
+        arrays[0] = rng.random(n) < 0.5
+    return arrays
+
+
+def compiled_loop(name: str, arrays: list):
+    """The engine's kernel of the row ``name`` alone, called on the whole arrays as
+    node/eager.py calls it for the rows in ``NUMPY_SLOW_OPS`` (whatever the row)."""
+    from minitorch_exp.node.eager import wrap
+    from minitorch_exp.tensor import cpu_numba
+    from minitorch_exp.tensor.expr import apply_op
+    from minitorch_exp.tensor.numba_compile import elementwise_kernel
+    from minitorch_exp.tensor.plan import make_plan
+
+    e = apply_op(name, *[wrap(a) for a in arrays])
+    plan, _, scalars = make_plan(e, 1)
+    kinds = ("1",) * (1 + plan.n_leaves)
+    kernel = elementwise_kernel(plan, ("numba", 1, "=", kinds, e.dtype.char), "=", kinds,
+                                e.dtype)
+    args = [x for a in arrays for x in (a, 0)] + list(scalars)
+    return lambda: cpu_numba.run_flat(kernel, arrays[0].shape, e.dtype, args)
+
+
+def rows(min_time: float) -> Table:
+    """Each built-in row's NumPy form against its compiled loop on 64K float32 elements
+    (the rows far behind are ``NUMPY_SLOW_OPS``), then relu's forward and forward +
+    backward computed at once with and without the loop, by size: where it starts to
+    pay is ``eager.COMPILED_FROM``."""
+    from minitorch_exp.node import eager
+    from minitorch_exp.tensor.cpu_numpy import NUMPY_SLOW_OPS
+    from minitorch_exp.tensor.ops import OPS
+
+    rng = np.random.default_rng(0)
+    n = ROW_SIZES[-1]
+    print(f"\n== each row's NumPy form against its compiled loop, {n} float32 elements, "
+          f"1 thread ({load_line()}); NUMPY_SLOW_OPS = {sorted(NUMPY_SLOW_OPS)}")
+    table = Table("eager_rows", baseline="numpy")
+    for name in sorted(k for k, op in OPS.items() if op.builtin and op.result != "bool"):
+        arrays = row_operands(name, n, rng)
+        times = interleaved_timeit({"numpy": functools.partial(OPS[name].numpy, *arrays),
+                                    "compiled": compiled_loop(name, arrays)}, min_time / 4)
+        for what, seconds in times.items():
+            table.add(what, name, seconds)
+    print("\n== relu computed at once: NumPy against the compiled loop, float32, 1 thread")
+    for size in ROW_SIZES:
+        x = mt.tensor(rng.standard_normal(size).astype(np.float32), requires_grad=True)
+        g = mt.tensor(rng.standard_normal(size).astype(np.float32))
+
+        def both(x=x, g=g):
+            x.grad = None
+            x.relu().backward(g)
+
+        for what, step in (("relu", x.relu), ("relu + backward", both)):
+            runs = {"numpy": with_compiled_from(step, 1 << 62),
+                    "compiled": with_compiled_from(step, 0)}
+            for name, seconds in interleaved_timeit(runs, min_time / 4).items():
+                table.add(name, f"{what} {size:>6}", seconds)
+    table.print()
+    print(f"eager.COMPILED_FROM is {eager.COMPILED_FROM} elements")
+    return table
+
+
+def with_compiled_from(step, elements: int):
+    from minitorch_exp.node import eager
+
+    def run():
+        saved, eager.COMPILED_FROM = eager.COMPILED_FROM, elements
+        try:
+            step()
+        finally:
+            eager.COMPILED_FROM = saved
+    return run
+
+
 # ---------------------------------------------------------------- driver
 
 SECTIONS = {"ops": per_op, "tutorials": tutorials, "mlp": mlp, "sweep": sweep,
-            "anatomy": anatomy}
+            "anatomy": anatomy, "rows": rows}
 
 
 def main(argv=None) -> int:
