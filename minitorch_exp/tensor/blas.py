@@ -114,7 +114,7 @@ def matmul(a, b, out=None):
     enough (or a batch of one such) is computed in tiles (``_cut``), shared between the
     pool's count of threads."""
     work = _work(a, b)
-    if work < _BLAS_SERIAL_BELOW or _state["min"] == 0:
+    if _state["min"] == 0 or work < _BLAS_SERIAL_BELOW and not _one_term(a, b):
         return np.matmul(a, b, out=out)
     if min(a.ndim, b.ndim) >= 2 and max(a.ndim, b.ndim) > 2 and all(
             n == 1 for n in a.shape[:-2] + b.shape[:-2]):  # a batch of one: a conv's
@@ -184,6 +184,15 @@ def _one_of_a_batch(a, b, out):
     return out
 
 
+def _one_term(a, b) -> bool:
+    """Whether ``a @ b`` is a column times a row (a linear layer's weight gradient at
+    batch 1): a one-term sum, which NumPy's matmul computes without BLAS, 15x slower (a
+    (512, 1) @ (1, 784) product: 464 us against 30 through ``cblas_sgemm``). It is one
+    whole tile here (``_cut``), else NumPy's broadcast multiply (``_whole``, 112 us):
+    each element is its one product either way, the same bits."""
+    return a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1 and b.shape[0] == 1
+
+
 def _whole(a, b, out):
     """``a @ b`` in one BLAS call. A C-ordered ``a`` times a transposed C-ordered ``b``
     -- ``x @ W.T``, a linear layer -- with a result at least twice as wide as tall is
@@ -193,6 +202,8 @@ def _whole(a, b, out):
     @ (64, 64) one: 129 us against 47)."""
     if out is None and _transposed_weight(a, b) and b.shape[1] >= 2 * a.shape[0]:
         return np.ascontiguousarray(np.matmul(b.T, a.T).T)
+    if _one_term(a, b):
+        return np.multiply(a, b, out=out)
     return np.matmul(a, b, out=out)
 
 
@@ -214,8 +225,9 @@ def span(n: int, threads: int) -> int | None:
 def _cut(a, b, out, threads: int, work: int) -> tuple | None:
     """``Gemm.run``'s arguments after the arrays -- how CBLAS reads each operand, and the
     (rows, columns) of the tiles -- or None: computed whole (not ``_operands``, no
-    ``Gemm`` here, or neither kind of tile):
+    ``Gemm`` here, or no kind of tile):
 
+    * a one-term sum (``_one_term``) is one tile, the whole product;
     * small tiles (``small_tile``), where OpenBLAS has its small-matrix kernels:
       computed without packing the operands, they are cheap to share out, and the
       caller alone runs them faster than one whole call (the products of an MLP at
@@ -226,7 +238,8 @@ def _cut(a, b, out, threads: int, work: int) -> tuple | None:
       not cut whole, so the smaller operand is the one packed twice (``x @ W.T`` at
       batch 128: 518 us by rows, 445 us by columns, 642 us on one thread).
     """
-    if work < SMALL_MIN_WORK and work < _state["min"]:
+    one_term = _one_term(a, b)
+    if work < SMALL_MIN_WORK and work < _state["min"] and not one_term:
         return None
     gemm = _gemm()
     operands = _operands(a, b, out) if gemm is not None else None
@@ -234,8 +247,8 @@ def _cut(a, b, out, threads: int, work: int) -> tuple | None:
         return None
     (trans_a, lda), (trans_b, ldb) = operands
     (rows, k), cols = a.shape, b.shape[1]
-    tiles = None
-    if gemm.small_kernels and work >= SMALL_MIN_WORK:
+    tiles = (rows, cols) if one_term else None
+    if tiles is None and gemm.small_kernels and work >= SMALL_MIN_WORK:
         tiles = small_tile(rows, k, cols, a.dtype, (trans_a, trans_b))
     if tiles is None and threads > 1 and work >= _state["min"]:
         tiles = _blocks(rows, cols, threads)
