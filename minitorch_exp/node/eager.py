@@ -74,15 +74,20 @@ def computes_now(e: Exp) -> bool:
     return now(e.shape, e.device)
 
 
-def decision(e: Exp) -> str:
-    """What the threshold decides for an op whose work is the size of ``e``, in words
-    (``explain()`` shows it)."""
+def decision(e: Exp, op: str = "") -> str:
+    """What the threshold decides for an op (named ``op``) whose work is the size of
+    ``e``, in words (``explain()`` shows it)."""
     n, limit = math.prod(e.shape), _modes.threshold
     if e.device is not CPU:
         return (f"kept lazy to fuse: on {e.device} every op is a kernel launch (the fusion "
                 "threshold applies on the CPU)")
     if recording.active() is not None:
         return "kept lazy to fuse: a capture is recording (a replay repeats kernels only)"
+    if n < limit and op in NUMPY_SLOW_OPS and n >= COMPILED_FROM and \
+            device_backend(CPU).name == "numba":
+        return (f"computed eagerly: {n} elements, below the fusion threshold of {limit}, "
+                f"by one compiled loop (NumPy's form of {op} runs slowly; from "
+                f"{COMPILED_FROM} elements)")
     if n < limit:
         return (f"computed eagerly: {n} elements, below the fusion threshold of {limit} "
                 "(mt.set_fusion_threshold)")

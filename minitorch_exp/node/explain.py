@@ -169,7 +169,7 @@ def explain_node(node: Node, depth: int = 4, parts=None, backward: bool = False,
     lines = [f"explain {names[id(node)]}: {node_op(node)} -> {node_shape(node)}, "
              f"{node_state(node)}"]
     if node.grad_fn is not None or node.is_lazy:  # an op's result: was it fused?
-        lines.append(eager.decision(node._value))
+        lines.append(eager.decision(node._value, node_op(node)))
     if "graph" in parts:
         lines += ["", f"Graph ({depth} levels of inputs)"]
         lines += render_rows(_graph_rows(node, names, consumers, depth))

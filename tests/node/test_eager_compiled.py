@@ -165,3 +165,12 @@ def test_an_mlp_step_runs_relu_compiled_and_matches_the_numpy_path(compiled_from
     assert results[0][0] == results[1][0]
     for got, want in zip(results[0][1:], results[1][1:]):
         np.testing.assert_array_equal(got, want)
+
+
+def test_explain_says_a_slow_row_ran_as_one_compiled_loop(compiled_from_64):
+    x = mt.tensor(np.linspace(-1, 1, 100, dtype=np.float32), requires_grad=True)
+    assert ("computed eagerly: 100 elements, below the fusion threshold of "
+            f"{mt.get_fusion_threshold()}, by one compiled loop (NumPy's form of relu runs "
+            f"slowly; from {SMALL_FROM} elements)") in x.relu().explain()
+    assert "compiled loop" not in x[:10].relu().explain()  # below COMPILED_FROM: NumPy
+    assert "compiled loop" not in (x * 2).explain()  # NumPy's multiply is fast
