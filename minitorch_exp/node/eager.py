@@ -399,8 +399,8 @@ def add(a, b) -> np.ndarray:
 
 #: Elements from which a row NumPy runs slowly (``NUMPY_SLOW_OPS``: relu, where...) is
 #: computed below the threshold by a compiled loop, forward and, where its rule has such
-#: an op, backward: relu forward and backward took 1.09-1.14x NumPy's time at 4096
-#: elements, 0.84x at 8192, 0.53x at 65536 (``benchmarks/bench_eager.py --only rows``).
+#: an op, backward: relu forward and backward took 0.93-1.14x NumPy's time at 4096
+#: elements, 0.84-0.86x at 8192, 0.53-0.55x at 65536 (``bench_eager.py --only rows``).
 COMPILED_FROM = 1 << 13
 #: (row, what is computed, operand dtypes) -> its ``_Compiled`` calls; False: none apply
 _COMPILED = memo_table("eager.compiled", 256, stale_on_invalidate=True)

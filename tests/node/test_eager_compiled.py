@@ -1,4 +1,4 @@
-"""Rows NumPy runs slowly (relu, where, sigmoid...) computed at once by a compiled loop.
+"""Rows NumPy runs slowly (relu, where, sign, sqrt) computed at once by a compiled loop.
 
 Below the fusion threshold an op runs at once (node/eager.py). For the rows whose
 NumPy forms do not vectorize (``cpu_numpy.NUMPY_SLOW_OPS``), from
@@ -7,8 +7,8 @@ call of the engine's own compiled kernel over the whole contiguous arrays
 (``cpu_numba.flat_kernel``); strided or broadcast operands, and the NumPy evaluator
 chosen, keep NumPy. These tests lower ``COMPILED_FROM`` so the sizes stay small,
 compare the compiled values and gradients with the engine's bit for bit (the same
-kernel) and with NumPy's (sigmoid's exp is NumPy's against libm's: a few ulps), and
-check which path ran.
+kernel) and with NumPy's (within a few ulps: a row's libm calls may be NumPy's own
+SIMD ones), and check which path ran.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def assert_same_bits(got, want):
 
 
 def assert_within_ulps(got, want, scale, dtype, ulps: int = 16):
-    """Equal up to ``ulps`` of ``|want|`` or of ``scale`` (a gradient's upstream value: at
-    out = 1 - ulp, sigmoid's ``g * out * (1 - out)`` keeps no relative precision); nan
+    """Equal up to ``ulps`` of ``|want|`` or of ``scale`` (a gradient's upstream value: a
+    rule like ``g * 0.5 / out`` keeps the relative error of ``out``, not of g); nan
     where nan."""
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     with np.errstate(invalid="ignore"):
