@@ -25,12 +25,13 @@ The work is split by job:
 * ``numba_compile.py``: text to a loaded module (cached on disk), user ops;
 * ``numba_launch.py``: loops over the operands, ``Launch`` objects that bind
   every argument once per layout, and the thread threshold;
-* this module: ``NumbaBackend`` (``backend_contract.Backend``), and which
-  evaluator runs a Plan. Ops LLVM cannot vectorize here (exp, log, tanh,
-  pow: one libm call per element) make a Plan run on the NumPy evaluator from
-  as many elements as the ``OP_COST_NS`` model says (``numpy_from``); argmax
-  always, and max/min of large inputs, whose NaN-propagating compare does not
-  vectorize.
+* this module: ``NumbaBackend`` (``backend_contract.Backend``), which
+  evaluator runs a Plan, and the kernels eager ops whose NumPy forms run
+  slowly call on whole arrays (``flat_kernel``, ``run_flat``). Ops LLVM cannot
+  vectorize here (exp, log, tanh, pow: one libm call per element) make a Plan
+  run on the NumPy evaluator from as many elements as the ``OP_COST_NS`` model
+  says (``numpy_from``); argmax always, and max/min of large inputs, whose
+  NaN-propagating compare does not vectorize.
 
 Measurements behind the constants (op costs, the parallel threshold per
 threading layer, why TBB and never OpenMP by default, compile and load
