@@ -453,10 +453,11 @@ def _work_out(build: Callable, arrays: tuple) -> tuple | bool:
     tensors = [wrap(a) for a in arrays]
     calls = []
     for e in build(tensors):
-        call = None if e is None else _compile(e, tensors, backend)
-        if e is not None and call is None:
-            return False
-        calls.append(call)
+        if e is not None:
+            e = _compile(e, tensors, backend)
+            if e is None:
+                return False
+        calls.append(e)
     return tuple(calls)
 
 

@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from . import caches, load, numba_launch
+from . import caches, numba_launch
 from .backend_contract import EvaluatorLaunch, Lowered
 from .codegen import reduce_count
 from .counters import count
@@ -64,6 +64,7 @@ from .numba_launch import (  # noqa: F401 - re-exported
     MAX_DIMS,
     PARALLEL_MIN_BY_LAYER,
     Launch,
+    WhenFree,
     go_parallel,
     make_launch,
     parallel_min,
@@ -183,8 +184,7 @@ def run_flat(kernel, shape: tuple, dtype, args: list) -> np.ndarray:
     ``args``: each leaf's flat buffer and offset, then the scalars."""
     out = np.empty(shape, dtype)
     n = out.size
-    shared = go_parallel(n) and not load.busy()  # as ``WhenFree``: the same bits either way
-    (kernel.parallel if shared else kernel.serial)(n, out.reshape(-1), 0, *args)
+    (WhenFree(kernel) if n >= parallel_min() else kernel.serial)(n, out.reshape(-1), 0, *args)
     return out
 
 
