@@ -624,10 +624,54 @@ def with_compiled_from(step, elements: int):
     return run
 
 
+# ---------------------------------------------------------------- folds of short rows
+
+FOLD_SHAPES = [(32, 10), (128, 2), (128, 10), (128, 16), (128, 32), (1024, 10)]
+
+
+def folds(min_time: float) -> Table:
+    """Reductions over the last axis of many short rows (a softmax's row maxima and
+    sums): NumPy's reduction over that axis, ``eager.fold`` made to reduce along it
+    too ("fold along"), and ``eager.fold`` as it is, which reduces a transposed copy
+    where ``eager.short_rows`` says (a last axis of ``SHORT_ROW`` or fewer in
+    ``MANY_ROWS`` rows or more; those shapes are marked "across")."""
+    from minitorch_exp.node import eager
+
+    print(f"\n== reductions of short rows, float32, 1 thread ({load_line()}); "
+          f"across a copy from {eager.MANY_ROWS} rows of at most {eager.SHORT_ROW}")
+    table = Table("eager_folds", baseline="numpy")
+    rng = np.random.default_rng(0)
+    for shape in FOLD_SHAPES:
+        x = rng.standard_normal(shape).astype(np.float32)
+        across = eager.short_rows(shape, (1,), True)
+        for name, ufunc, wide in (("max", np.maximum, None), ("sum", np.add, np.float64)):
+            fold = functools.partial(eager.fold, name, x, (1,), True)
+            runs = {"numpy": functools.partial(ufunc.reduce, x, axis=1, dtype=wide,
+                                               keepdims=True),
+                    "fold along": with_many_rows(fold, 1 << 62), "fold": fold}
+            label = f"{name} {shape}{' across' if across else ''}"
+            for what, seconds in interleaved_timeit(runs, min_time / 8).items():
+                table.add(what, label, seconds)
+    table.print()
+    return table
+
+
+def with_many_rows(step, rows: int):
+    from minitorch_exp.node import eager
+
+    def run():
+        saved, eager.MANY_ROWS = eager.MANY_ROWS, rows
+        try:
+            step()
+        finally:
+            eager.MANY_ROWS = saved
+    return run
+
+
 # ---------------------------------------------------------------- driver
 
 SECTIONS = {"ops": per_op, "tutorials": tutorials, "mlp": mlp, "sweep": sweep,
-            "anatomy": anatomy, "rows": rows}
+            "anatomy": anatomy, "rows": rows, "folds": folds}
 
 
 def main(argv=None) -> int:
