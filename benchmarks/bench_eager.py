@@ -37,6 +37,7 @@ import math
 import multiprocessing
 import os
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -305,22 +306,32 @@ def _mlp_steps(names, arch: str, batch: int) -> dict:
 
 
 def _alone(names, arch: str, batch: int, threads: int, min_time: float,
-           rounds: int = 5) -> dict:
-    """Each library's step timed in a process of its own, the processes taking turns;
-    the median over ``rounds``. Not in one process: after each parallel region
-    PyTorch's OpenMP threads spin, waiting for the next, and meanwhile hold the core the
-    other library's threads need (ours ran the 784-512-256-10 batch-32 step in 2.6 ms
-    after PyTorch's turns, in 1.4 ms with ``OMP_WAIT_POLICY=PASSIVE``). A process per
-    turn, ended after it: kept alive across turns (tried), an idle PyTorch process's
-    threads spun into our turns the same way (our steps 1.06-1.17x PyTorch's)."""
+           rounds: int = 9) -> dict:
+    """Each library's step timed in a process of its own, the processes taking turns
+    (who goes first alternates); the median over ``rounds``. Not in one process: after
+    each parallel region PyTorch's OpenMP threads spin, waiting for the next, and
+    meanwhile hold the core the other library's threads need (ours ran the
+    784-512-256-10 batch-32 step in 2.6 ms after PyTorch's turns, in 1.4 ms with
+    ``OMP_WAIT_POLICY=PASSIVE``). A process per turn, ended after it: kept alive across
+    turns (tried), an idle PyTorch process's threads spun into our turns the same way
+    (our steps 1.06-1.17x PyTorch's).
+
+    The 2-core VM these numbers come from has slow spells (the same step 2.5 ms, then
+    3.9 ms for seconds), so each round's two turns are also compared with each other:
+    the median of those ratios and their quartiles are printed."""
     spawn = multiprocessing.get_context("spawn")
     samples: dict[str, list[float]] = {name: [] for name in names}
-    for _ in range(rounds):
-        for name in names:
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
             with spawn.Pool(1) as pool:
-                seconds = pool.apply(_time_alone, (name, arch, batch, threads, min_time / rounds))
+                seconds = pool.apply(_time_alone, (name, arch, batch, threads, min_time / 2))
             samples[name].append(seconds)
-    return {name: sorted(found)[len(found) // 2] for name, found in samples.items()}
+    if len(names) == 2:
+        ratios = [a / b for a, b in zip(*samples.values())]
+        low, mid, high = statistics.quantiles(ratios, n=4)
+        print(f"   {arch} b{batch} t{threads}: {names[0]} / {names[1]}, round by round: "
+              f"median {mid:.3f}, quartiles {low:.3f}-{high:.3f} ({rounds} rounds)")
+    return {name: statistics.median(found) for name, found in samples.items()}
 
 
 def _time_alone(name: str, arch: str, batch: int, threads: int, min_time: float) -> float:

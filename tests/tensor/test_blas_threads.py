@@ -313,6 +313,31 @@ def test_a_span_cuts_n_into_at_most_threads_aligned_tiles(n, threads):
     assert 2 <= tiles <= threads and step % blas.ROW_ALIGN == 0 and (tiles - 1) * step < n
 
 
+@settings(max_examples=300)
+@given(rows=st.integers(1, 300), cols=st.integers(1, 300), tile_rows=st.sampled_from([16, 32]),
+       tile_cols=st.sampled_from([16, 32]), threads=st.integers(1, 4))
+def test_tiles_are_numbered_so_each_thread_reads_a_band_of_the_larger_operand(
+        rows, cols, tile_rows, tile_cols, threads):
+    """``tile_origin`` numbers every tile once; a thread's run of consecutive tiles
+    (numba hands them out so) spans a band of columns of a result wider than tall --
+    a part of ``b``, and ``a`` whole -- and a band of rows otherwise."""
+    tall, wide = -(-rows // tile_rows), -(-cols // tile_cols)
+    origins = [blas.tile_origin(t, rows, cols, tile_rows, tile_cols) for t in range(tall * wide)]
+    assert sorted(origins) == [(r * tile_rows, c * tile_cols)
+                               for r in range(tall) for c in range(wide)]
+    run = -(-len(origins) // threads)  # each thread's share, as a static split gives it
+    for first in range(0, len(origins), run):
+        share = origins[first:first + run]
+        rows_read = {r for r, _ in share}
+        cols_read = {c for _, c in share}
+        if cols > rows:  # at most the two partial columns of tiles at its ends
+            assert len(rows_read) == tall or len(cols_read) <= 2
+            assert [c for _, c in share] == sorted(c for _, c in share)
+        else:
+            assert len(cols_read) == wide or len(rows_read) <= 2
+            assert [r for r, _ in share] == sorted(r for r, _ in share)
+
+
 MLP_PRODUCTS = [((128, 784), (784, 256)), ((256, 128), (128, 784)), ((784, 128), (128, 256)),
                 ((512, 784), (784, 512)), ((512, 256), (256, 10)), ((100, 300), (300, 70))]
 
