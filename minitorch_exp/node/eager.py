@@ -581,7 +581,7 @@ def _fold(r: ReduceDef, x: np.ndarray, shape: tuple, axes: tuple | None, keepdim
     if how is None:
         how = _FOLDS.keep((r.name, x.dtype), _how_to_fold(r, x.dtype))
     reduce, wide, result = how
-    if short_rows(x.shape, axes, x.flags.c_contiguous):
+    if x.ndim > 1 and short_rows(x.shape, axes, x.flags.c_contiguous):
         across = np.ascontiguousarray(x.reshape(-1, x.shape[-1]).T)
         out = reduce(across, axis=0, dtype=wide).reshape(x.shape[:-1] + (1,) * keepdims)
     else:
