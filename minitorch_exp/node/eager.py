@@ -345,6 +345,8 @@ def sum_to(g, shape: tuple) -> np.ndarray:
         return g
     if not shape:  # a 0-d operand (a scalar parameter): every axis, the everyday case
         return _fold(_SUM, g, g.shape, None, False)
+    if g.ndim == 2 and shape == g.shape[1:]:  # a bias: every row summed, the other one
+        return _fold(_SUM, g, g.shape, (0,), False)
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
                                       if n == 1 and g.shape[lead + i] != 1)

@@ -129,3 +129,27 @@ def test_pow_by_a_scalar_half_is_pow_not_a_square_root(exponent, dtype):
         got = np.asarray(OPS["pow"].numpy(bases, half))
     assert_same_values(got, want, [bases], "pow")
     assert got[2] == np.inf and got[3] == 0 and not np.signbit(got[3])  # -inf, -0.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("form", ["contiguous", "strided", "0-d", "into out"])
+def test_relu_s_numpy_form_is_the_maximum_against_zero_bit_for_bit(form, dtype):
+    """relu's NumPy form takes the maximum against an array of zeros (NumPy's SIMD loop,
+    2-3x faster than against a scalar 0): the same values, NaNs and signs of zero as
+    ``np.maximum(x, 0)``, the same dtype, and ``out`` is written."""
+    values = (special_values(dtype) if dtype != np.int32
+              else np.array([0, -1, 1, np.iinfo(np.int32).min, np.iinfo(np.int32).max], dtype))
+    x = np.repeat(values, 700)  # long enough for the SIMD loop's blocks and its tail
+    if form == "strided":
+        x = x[::3]
+    elif form == "0-d":
+        x = np.asarray(x[3])
+    out = np.empty_like(x) if form == "into out" else None
+    got = OPS["relu"].numpy(x, out=out)
+    want = np.maximum(x, 0)
+    if out is not None:
+        assert got is out
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    if dtype != np.int32:
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
