@@ -19,13 +19,15 @@ Sections (``--only`` picks some):
   where fusing starts to pay is the fusion threshold (node/grad_mode.py);
 * ``rows``: each built-in row's NumPy form against its compiled loop on 64K elements,
   and relu computed at once with and without the loop by size (``eager.COMPILED_FROM``);
+* ``folds``: reductions of many short rows, along them and across a transposed copy
+  (``eager.short_rows``);
 * ``--load``: the MNIST MLP step (784-256-10, batch 128, eager and captured) with
   ``3 x cores`` busy processes in the background, default threads against one thread.
 
 Ratios are time over PyTorch's (``ops`` also over NumPy's); below 1.00x is faster. The
 machine's load average is printed before each section: compare rows of one run.
 
-Run: ``python benchmarks/bench_eager.py [--quick] [--only ops,tutorials,mlp,sweep,rows]
+Run: ``python benchmarks/bench_eager.py [--quick] [--only ops,tutorials,mlp,sweep,rows,folds]
 [--load]``
 """
 
@@ -572,14 +574,11 @@ def compiled_loop(name: str, arrays: list):
     from minitorch_exp.node.eager import wrap
     from minitorch_exp.tensor import cpu_numba
     from minitorch_exp.tensor.expr import apply_op
-    from minitorch_exp.tensor.numba_compile import elementwise_kernel
     from minitorch_exp.tensor.plan import make_plan
 
     e = apply_op(name, *[wrap(a) for a in arrays])
     plan, _, scalars = make_plan(e, 1)
-    kinds = ("1",) * (1 + plan.n_leaves)
-    kernel = elementwise_kernel(plan, ("numba", 1, "=", kinds, e.dtype.char), "=", kinds,
-                                e.dtype)
+    kernel = cpu_numba.flat_module(plan, e.dtype)
     args = [x for a in arrays for x in (a, 0)] + list(scalars)
     return lambda: cpu_numba.run_flat(kernel, arrays[0].shape, e.dtype, args)
 
@@ -614,8 +613,8 @@ def rows(min_time: float) -> Table:
             x.relu().backward(g)
 
         for what, step in (("relu", x.relu), ("relu + backward", both)):
-            runs = {"numpy": with_compiled_from(step, 1 << 62),
-                    "compiled": with_compiled_from(step, 0)}
+            runs = {"numpy": with_eager(step, "COMPILED_FROM", 1 << 62),
+                    "compiled": with_eager(step, "COMPILED_FROM", 0)}
             for name, seconds in interleaved_timeit(runs, min_time / 4).items():
                 table.add(name, f"{what} {size:>6}", seconds)
     table.print()
@@ -623,15 +622,18 @@ def rows(min_time: float) -> Table:
     return table
 
 
-def with_compiled_from(step, elements: int):
+def with_eager(step, name: str, value):
+    """``step`` run with ``eager.<name>`` (a module constant: ``COMPILED_FROM``,
+    ``MANY_ROWS``) set to ``value``, set back after."""
     from minitorch_exp.node import eager
 
     def run():
-        saved, eager.COMPILED_FROM = eager.COMPILED_FROM, elements
+        saved = getattr(eager, name)
+        setattr(eager, name, value)
         try:
             step()
         finally:
-            eager.COMPILED_FROM = saved
+            setattr(eager, name, saved)
     return run
 
 
@@ -659,24 +661,12 @@ def folds(min_time: float) -> Table:
             fold = functools.partial(eager.fold, name, x, (1,), True)
             runs = {"numpy": functools.partial(ufunc.reduce, x, axis=1, dtype=wide,
                                                keepdims=True),
-                    "fold along": with_many_rows(fold, 1 << 62), "fold": fold}
+                    "fold along": with_eager(fold, "MANY_ROWS", 1 << 62), "fold": fold}
             label = f"{name} {shape}{' across' if across else ''}"
             for what, seconds in interleaved_timeit(runs, min_time / 8).items():
                 table.add(what, label, seconds)
     table.print()
     return table
-
-
-def with_many_rows(step, rows: int):
-    from minitorch_exp.node import eager
-
-    def run():
-        saved, eager.MANY_ROWS = eager.MANY_ROWS, rows
-        try:
-            step()
-        finally:
-            eager.MANY_ROWS = saved
-    return run
 
 
 # ---------------------------------------------------------------- driver

@@ -172,8 +172,12 @@ def flat_kernel(plan, dtype):
     kernel the engine runs for a statement over contiguous tensors, for node/eager.py
     to call by ``run_flat`` without the engine's lowering -- where an op of ``plan`` is
     one NumPy runs slowly (``NUMPY_SLOW_OPS``) and every op is built in; else None."""
-    if not _runs_flat(plan):
-        return None
+    return flat_module(plan, dtype) if _runs_flat(plan) else None
+
+
+def flat_module(plan, dtype):
+    """``flat_kernel`` whatever the ops of ``plan`` (``bench_eager.py --only rows`` puts
+    every row's against its NumPy form)."""
     kinds = ("1",) * (1 + plan.n_leaves)
     key = ("numba", 1, "=", kinds, np.dtype(dtype).char)
     return compiled_or_none(plan, lambda: elementwise_kernel(plan, key, "=", kinds, dtype))
