@@ -98,3 +98,61 @@ def test_a_softmax_cross_entropy_below_the_threshold_matches_the_fused_one():
             grads.append(z.grad.numpy().copy())
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-6)
     np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-8)
+
+
+# ---- a bias's gradient: column sums by the engine's own reduction kernel -------------
+
+@st.composite
+def bias_gradients(draw):
+    """C-ordered (rows, columns) float arrays, a linear layer's upstream gradient, some
+    with special values."""
+    rows, cols = draw(st.integers(1, 300)), draw(st.integers(1, 700))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    g = (rng.standard_normal((rows, cols)) * draw(st.sampled_from([1e-3, 1, 1e4]))).astype(dtype)
+    for _ in range(draw(st.integers(0, 4))):
+        g.flat[rng.integers(g.size)] = draw(st.sampled_from(SPECIALS))
+    return g
+
+
+def assert_same_sums(got, want):
+    """The same bits, NaN where NaN (whatever its payload)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    bits = f"u{got.itemsize}"
+    np.testing.assert_array_equal(got[~nan].view(bits), want[~nan].view(bits))
+
+
+@settings(max_examples=120, deadline=None)
+@given(g=bias_gradients())
+def test_a_bias_gradient_is_numpy_s_wide_column_sum_bit_for_bit(g):
+    with np.errstate(all="ignore"):
+        want = np.add.reduce(g, axis=0, dtype=np.float64).astype(g.dtype)
+        assert_same_sums(eager.sum_to(g, g.shape[1:]), want)
+
+
+def test_a_bias_gradient_is_summed_by_the_compiled_kernel_where_it_can_be(monkeypatch):
+    from minitorch_exp.tensor import cpu_numba
+
+    calls = []
+    column_sums = cpu_numba.column_sums
+
+    def counted(g):
+        calls.append(g.shape)
+        return column_sums(g)
+
+    monkeypatch.setattr(cpu_numba.NumbaBackend, "column_sums", staticmethod(counted))
+    g = np.random.default_rng(0).standard_normal((64, 100)).astype(np.float32)
+    eager.sum_to(g, (100,))
+    assert calls == [(64, 100)]
+    eager.sum_to(np.asfortranarray(g), (100,))   # strided rows: NumPy's reduce
+    eager.sum_to(g.astype(np.int32), (100,))     # no float accumulators to widen
+    eager.sum_to(g.astype(np.float16), (100,))
+    eager.sum_to(g[:, :1], (1,))                 # one column: NumPy's pairwise whole sum
+    mt.set_cpu_backend("numpy")
+    try:
+        eager.sum_to(g, (100,))                  # the NumPy evaluator chosen: no compiled code
+    finally:
+        mt.set_cpu_backend("numba")
+    assert calls == [(64, 100)]
