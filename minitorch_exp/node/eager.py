@@ -356,14 +356,19 @@ def sum_to(g, shape: tuple) -> np.ndarray:
 def _column_sums(g: np.ndarray) -> np.ndarray:
     """``g`` summed over its rows as ``_fold`` sums, by the numba evaluator's compiled
     loop where it takes ``g`` (``cpu_numba.column_sums``): a bias's gradient."""
-    if g.dtype in _WIDENED and g.shape[1] > 1 and g.flags.c_contiguous:
+    if g.dtype in _COLUMN_SUM_DTYPES and g.shape[1] > 1 and g.flags.c_contiguous:
         backend = device_backend(CPU)
         if backend.name == "numba":
-            return backend.column_sums(g)
+            plan = _LEAF_PLANS.get(g.dtype)
+            if plan is None:  # ``result = in0`` over a 2-D leaf: the kernel's input
+                plan = _LEAF_PLANS.keep(g.dtype, make_plan(wrap(g), 2)[0])
+            return backend.column_sums(g, plan)
     return _fold(_SUM, g, g.shape, (0,), False)
 
 
-_WIDENED = (np.dtype(np.float32), np.dtype(np.float64))
+_COLUMN_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: dtype -> the Plan of one 2-D leaf, which keeps its column-sum kernel
+_LEAF_PLANS = memo_table("eager.leaf_plans", 8, stale_on_invalidate=True)
 
 
 def broadcast_back(g: np.ndarray, shape: tuple, axes: tuple) -> np.ndarray:

@@ -79,8 +79,6 @@ from .numba_launch import plan_group_loops as _plan_group_loops  # noqa: F401 - 
 from .numba_launch import reduce_loops as _reduce_loops  # noqa: F401 - tests
 from .numba_source import group_source, kernel_source, reduce_source  # noqa: F401
 from .ops import OPS, REDUCTIONS
-from .plan import make_plan
-from .tensor import from_array
 
 # Measured ns per element (float32, one core; ``benchmarks/bench_update.py --ops``)
 # for (numba kernel, NumPy block pass), and each call's fixed ns beyond its elements
@@ -194,32 +192,23 @@ def run_flat(kernel, shape: tuple, dtype, args: list) -> np.ndarray:
     return out
 
 
-def column_sums(x: np.ndarray) -> np.ndarray:
+def column_sums(x: np.ndarray, plan) -> np.ndarray:
     """``x.sum(0)`` of a C-ordered 2-D float array of at least two columns, in float64
     accumulators as the engine's sums are: node/eager.py's, for a bias's gradient.
-    NumPy's ``add.reduce(x, 0, dtype=float64)`` casts through buffers (3.9 us on a
-    (64, 100) float32 gradient); the engine's own kernel for a tensor summed over its
-    rows takes 0.8. Run serially it adds row after row into one row of accumulators,
-    NumPy's order, so the bits are NumPy's (one column would be a whole sum, which
-    NumPy adds pairwise)."""
+    ``plan``: the Plan of one leaf of ``x``'s dtype (``result = in0``), which keeps the
+    kernel. NumPy's ``add.reduce(x, 0, dtype=float64)`` casts through buffers (3.9 us
+    on a (64, 100) float32 gradient); the engine's own kernel for a tensor summed over
+    its rows takes 0.8. Run serially it adds row after row into one row of
+    accumulators, NumPy's order, so the bits are NumPy's (one column would be a whole
+    sum, which NumPy adds pairwise)."""
+    kernel = plan.compiled.get("column-sums")
+    if kernel is None:
+        kernel = plan.compiled["column-sums"] = reduce_kernel(
+            plan, REDUCTIONS["sum"], 1, 1, "=", ("1",), x.dtype, True)  # by columns
     rows, cols = x.shape
     out = np.empty(cols, x.dtype)
-    _column_sums_kernel(x.dtype).serial(cols, rows, out, 0, 1, x.reshape(-1), 0, cols,
-                                        float(rows), 1)
+    kernel.serial(cols, rows, out, 0, 1, x.reshape(-1), 0, cols, float(rows), 1)
     return out
-
-
-#: dtype -> the module of ``column_sums``
-_COLUMN_SUMS = caches.memo_table("numba.column_sums", 8)
-
-
-def _column_sums_kernel(dtype):
-    kernel = _COLUMN_SUMS.get(dtype)
-    if kernel is None:
-        plan = make_plan(from_array(np.zeros((1, 1), dtype)), 2)[0]  # result = in0
-        kernel = _COLUMN_SUMS.keep(dtype, reduce_kernel(
-            plan, REDUCTIONS["sum"], 1, 1, "=", ("1",), dtype, True))  # by columns
-    return kernel
 
 
 def _runs_flat(plan) -> bool:

@@ -296,14 +296,17 @@ def _gather(out, source, index) -> None:
 def array_view(storage: Storage, layout: L.Layout):
     """An ndarray (NumPy or CuPy) showing ``layout`` over ``storage`` without copying."""
     data = storage.data
-    item = data.dtype.itemsize
-    strides = tuple(s * item for s in layout.strides)
+    item = data.itemsize
+    strides = tuple([s * item for s in layout.strides])
     if storage.device.type == "cpu":
-        lo, _ = L.extent(layout)
-        base = data[lo:] if lo >= 0 and layout.numel else data
-        start = (layout.offset - lo) if layout.numel else 0
-        return np.ndarray(layout.shape, data.dtype, buffer=base, offset=start * item,
-                          strides=strides)
+        if 0 in layout.shape:  # an empty view's offset may lie past its buffer
+            return np.ndarray(layout.shape, data.dtype, buffer=data, strides=strides)
+        if min(layout.strides, default=0) >= 0:  # the everyday view: offset is its lowest
+            return np.ndarray(layout.shape, data.dtype, buffer=data,
+                              offset=layout.offset * item, strides=strides)
+        lo, _ = L.extent(layout)  # NumPy measures negative strides from the buffer's start
+        return np.ndarray(layout.shape, data.dtype, buffer=data[lo:],
+                          offset=(layout.offset - lo) * item, strides=strides)
     xp = storage.device.xp
     # an empty view's offset may lie past its buffer, where CuPy refuses a pointer
     ptr = data.data + layout.offset * item if layout.numel else data.data
