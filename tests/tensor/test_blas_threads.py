@@ -290,6 +290,26 @@ def test_the_real_pool_is_found_and_restored():
         assert found.get_num_threads() == 2
 
 
+def test_the_pool_reads_the_count_threadpoolctl_sets():
+    """The pool's own count reader (OpenBLAS's function, where it has one) follows every
+    way the count is set: threadpoolctl's limits, ours, and back."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    blas._state["pool"] = False
+    pool = blas._pool()
+    if pool is None:
+        pytest.skip("no single BLAS library found by threadpoolctl")
+    before = pool.controller.get_num_threads()
+    for n in (3, 1, 2):
+        with threadpoolctl.threadpool_limits(n, user_api="blas"):
+            assert pool.get_num_threads() == n == pool.controller.get_num_threads()
+        assert pool.get_num_threads() == before
+    blas.set_pool_threads(3)
+    try:
+        assert pool.get_num_threads() == 3 == pool.controller.get_num_threads()
+    finally:
+        blas.set_pool_threads(before)
+
+
 class RecordingGemm:
     """The real tile runner, recording how each product was cut."""
 
