@@ -614,8 +614,9 @@ def _linear_grads_now(g: np.ndarray, x: Tensor, weight: Tensor, needs) -> tuple:
     gw = None
     if needs[1] and eager.now(weight.shape, weight.device):
         gw = blas.matmul(rows.T, x.array.reshape(-1, x.shape[-1]))
-    elif needs[1]:
-        gw = Dot(eager.wrap(rows).transpose(0, 1), x.reshape(-1, x.shape[-1]))
+    elif needs[1]:  # tensors that keep their arrays: BLAS reads them without new views
+        x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+        gw = Dot(eager.wrap(rows.T), x2)
     if len(needs) == 2:  # no bias
         return gx, gw
     return gx, gw, eager.sum_to(rows, weight.shape[:1]) if needs[2] else None
