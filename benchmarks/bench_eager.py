@@ -50,7 +50,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_mlp import ARCHS, batches, initial_weights, minitorch_step, torch_step  # noqa: E402
-from common import Table, interleaved_timeit, pin_threads, print_machine_info  # noqa: E402, I001
+from common import (  # noqa: E402, I001
+    Table,
+    interleaved_samples,
+    interleaved_timeit,
+    paired_ratio,
+    pin_threads,
+    print_machine_info,
+)
 
 import minitorch_exp as mt  # noqa: E402
 from minitorch_exp import nn  # noqa: E402
@@ -272,11 +279,19 @@ def tutorials(min_time: float) -> Table:
     if torch is not None:
         steps[("pytorch", "polynomial")] = polynomial_step(torch)
         steps[("pytorch", "dynamic net")] = dynamic_net_step(torch, torch.nn)
-    times = interleaved_timeit(steps, min_time)
-    for (name, what), seconds in times.items():
-        table.add(name, what, seconds)
+    samples = interleaved_samples(steps, min_time, rounds=TUTORIAL_ROUNDS)
+    for (name, what), seconds in samples.items():
+        table.add(name, what, statistics.median(seconds))
     table.print()
+    if torch is not None:
+        for what in ("polynomial", "dynamic net"):
+            print(f"   {what}: ours / pytorch, round by round: "
+                  f"{paired_ratio(samples, ('ours', what), ('pytorch', what))}")
     return table
+
+
+#: The tutorials' rounds: short ones, many, for the paired ratios' quartiles.
+TUTORIAL_ROUNDS = 15
 
 
 # ---------------------------------------------------------------- the eager MLP step

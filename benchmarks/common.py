@@ -219,6 +219,22 @@ def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5,
     the step) before each of that step's blocks -- a thread count or an evaluator
     that the step needs and the others change.
     """
+    samples = interleaved_samples(steps, min_time, rounds, setups)
+    return {name: statistics.median(ts) for name, ts in samples.items()}
+
+
+def paired_ratio(samples: dict, name: str, other: str) -> str:
+    """``name``'s time over ``other``'s, round by round (``interleaved_samples``): their
+    median and quartiles. A slow spell of the machine slows both turns of a round, so
+    the ratios spread less than the times."""
+    ratios = [a / b for a, b in zip(samples[name], samples[other])]
+    low, mid, high = statistics.quantiles(ratios, n=4)
+    return f"median {mid:.3f}, quartiles {low:.3f}-{high:.3f} ({len(ratios)} rounds)"
+
+
+def interleaved_samples(steps: dict, min_time: float, rounds: int = 5,
+                        setups: dict | None = None) -> dict[str, list[float]]:
+    """``interleaved_timeit``'s seconds per call of each step in each round."""
     setups = setups or {}
 
     def prepare(name, fn):
@@ -246,7 +262,7 @@ def interleaved_timeit(steps: dict, min_time: float, rounds: int = 5,
             for _ in range(numbers[name]):
                 fn()
             samples[name].append((time.perf_counter() - start) / numbers[name])
-    return {name: statistics.median(ts) for name, ts in samples.items()}
+    return samples
 
 
 @functools.cache
