@@ -643,15 +643,15 @@ def linear_now(x: Node, weight: Node, bias: Node | None) -> Node | None:
             and (bias is None or isinstance(bias, Node))):
         return None  # an array or a number: Function.apply names it
     tx, tw = x._value, weight._value
-    tb = tw if bias is None else bias._value
+    tb = tw if bias is None else bias._value  # no bias: the weight stands in for the checks
     if type(tx) is not Tensor or type(tw) is not Tensor or type(tb) is not Tensor:
         return None
     if tx.dtype.kind != "f" or not (tx.dtype is tw.dtype is tb.dtype) or anomaly.this_thread.depth:
         return None
     if not (tx.device is tw.device is tb.device is CPU and eager.now(tx.shape[:-1] + tw.shape[:1])):
         return None
-    tb = None if bias is None else tb
-    node = Node(eager.wrap(eager.linear(tx.array, tw.array, None if tb is None else tb.array)))
+    b = None if bias is None else tb.array
+    node = Node(eager.wrap(eager.linear(tx.array, tw.array, b)))
     inputs = (x, weight) if bias is None else (x, weight, bias)
     needs = tuple([n.requires_grad for n in inputs])
     if True in needs and _modes.grad:
