@@ -134,6 +134,7 @@ def test_a_bias_gradient_is_numpy_s_wide_column_sum_bit_for_bit(g):
 
 def test_a_bias_gradient_is_summed_by_the_compiled_kernel_where_it_can_be(monkeypatch):
     from minitorch_exp.tensor import cpu_numba
+    from minitorch_exp.tensor.backends import cpu_backend
 
     calls = []
     column_sums = cpu_numba.column_sums
@@ -144,15 +145,17 @@ def test_a_bias_gradient_is_summed_by_the_compiled_kernel_where_it_can_be(monkey
 
     monkeypatch.setattr(cpu_numba.NumbaBackend, "column_sums", staticmethod(counted))
     g = np.random.default_rng(0).standard_normal((64, 100)).astype(np.float32)
-    eager.sum_to(g, (100,))
-    assert calls == [(64, 100)]
-    eager.sum_to(np.asfortranarray(g), (100,))   # strided rows: NumPy's reduce
-    eager.sum_to(g.astype(np.int32), (100,))     # no float accumulators to widen
-    eager.sum_to(g.astype(np.float16), (100,))
-    eager.sum_to(g[:, :1], (1,))                 # one column: NumPy's pairwise whole sum
-    mt.set_cpu_backend("numpy")
+    before = cpu_backend()
     try:
-        eager.sum_to(g, (100,))                  # the NumPy evaluator chosen: no compiled code
-    finally:
         mt.set_cpu_backend("numba")
+        eager.sum_to(g, (100,))
+        assert calls == [(64, 100)]
+        eager.sum_to(np.asfortranarray(g), (100,))   # strided rows: NumPy's reduce
+        eager.sum_to(g.astype(np.int32), (100,))     # no float accumulators to widen
+        eager.sum_to(g.astype(np.float16), (100,))
+        eager.sum_to(g[:, :1], (1,))                 # one column: NumPy's pairwise whole sum
+        mt.set_cpu_backend("numpy")
+        eager.sum_to(g, (100,))                      # the NumPy evaluator: no compiled code
+    finally:
+        mt.set_cpu_backend(before)
     assert calls == [(64, 100)]
