@@ -10,7 +10,8 @@ Sections (``--only`` picks some):
 * ``tutorials``: a step of PyTorch's "learning PyTorch with examples" polynomial fit
   (autograd version: y = a + b x + c x^2 + d x^3 over 2000 points, ``loss.backward()``,
   SGD by hand under ``no_grad``), and of its dynamic network (64 x 1000 -> 100 -> 10,
-  ReLU, the middle layer applied 0-3 times at random, SGD with momentum);
+  ReLU, the middle layer applied 0-3 times at random, SGD with momentum); 15 short
+  rounds, and ours over PyTorch round by round (median, quartiles);
 * ``mlp``: the eager training step of ``bench_mlp.py`` (784-256-10 and 784-512-256-10,
   batch 32 and 128, SGD with momentum, cross-entropy) at 1 and 2 threads (on 2, each
   library in a process of its own: PyTorch's OpenMP threads spin between steps);
