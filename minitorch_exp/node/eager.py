@@ -345,30 +345,12 @@ def sum_to(g, shape: tuple) -> np.ndarray:
         return g
     if not shape:  # a 0-d operand (a scalar parameter): every axis, the everyday case
         return _fold(_SUM, g, g.shape, None, False)
-    if g.ndim == 2 and shape == g.shape[1:]:  # a bias: every row summed
-        return _column_sums(g)
+    if g.ndim == 2 and shape == g.shape[1:]:  # a bias: every row summed, the other one
+        return _fold(_SUM, g, g.shape, (0,), False)
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
                                       if n == 1 and g.shape[lead + i] != 1)
     return _fold(_SUM, g, g.shape, axes, True).reshape(shape)
-
-
-def _column_sums(g: np.ndarray) -> np.ndarray:
-    """``g`` summed over its rows as ``_fold`` sums, by the numba evaluator's compiled
-    loop where it takes ``g`` (``cpu_numba.column_sums``): a bias's gradient."""
-    if g.dtype in _COLUMN_SUM_DTYPES and g.shape[1] > 1 and g.flags.c_contiguous:
-        backend = device_backend(CPU)
-        if backend.name == "numba":
-            plan = _LEAF_PLANS.get(g.dtype)
-            if plan is None:  # ``result = in0`` over a 2-D leaf: the kernel's input
-                plan = _LEAF_PLANS.keep(g.dtype, make_plan(wrap(g), 2)[0])
-            return backend.column_sums(g, plan)
-    return _fold(_SUM, g, g.shape, (0,), False)
-
-
-_COLUMN_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-#: dtype -> the Plan of one 2-D leaf, which keeps its column-sum kernel
-_LEAF_PLANS = memo_table("eager.leaf_plans", 8, stale_on_invalidate=True)
 
 
 def broadcast_back(g: np.ndarray, shape: tuple, axes: tuple) -> np.ndarray:
@@ -597,6 +579,10 @@ def _fold(r: ReduceDef, x: np.ndarray, shape: tuple, axes: tuple | None, keepdim
     """The reduction ``r`` of ``x`` over ``axes`` (None: every one) as the engine
     computes it, with the ufunc of the row it folds with (``add``, ``maximum``...): sums
     accumulate wide (float64 for floats), a mean divides after."""
+    if r is _SUM and axes == (0,):  # a bias's gradient, first: it is summed every step
+        sums = _column_sums(x)
+        if sums is not None:
+            return sums[None] if keepdims else sums
     how = _FOLDS.get((r.name, x.dtype))
     if how is None:
         how = _FOLDS.keep((r.name, x.dtype), _how_to_fold(r, x.dtype))
@@ -620,6 +606,28 @@ def short_rows(shape: tuple, axes: tuple | None, c_order: bool) -> bool:
     in another order, into the same wide accumulator."""
     return (c_order and axes == (len(shape) - 1,) and 2 <= shape[-1] <= SHORT_ROW
             and math.prod(shape[:-1]) >= MANY_ROWS)
+
+
+def _column_sums(x: np.ndarray) -> np.ndarray | None:
+    """``x`` summed over its rows by the numba evaluator's compiled loop
+    (``cpu_numba.column_sums``), where it takes ``x`` -- a C-ordered 2-D float array of
+    two columns or more, as a bias's gradient is -- and that evaluator is chosen; else
+    None (NumPy's reduce)."""
+    if x.ndim != 2 or x.dtype not in _COLUMN_SUM_DTYPES or x.shape[1] < 2 \
+            or not x.flags.c_contiguous:
+        return None
+    backend = device_backend(CPU)
+    if backend.name != "numba":
+        return None
+    plan = _LEAF_PLANS.get(x.dtype)
+    if plan is None:  # ``result = in0`` over a 2-D leaf: the kernel's input
+        plan = _LEAF_PLANS.keep(x.dtype, make_plan(wrap(x), 2)[0])
+    return backend.column_sums(x, plan)
+
+
+_COLUMN_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: dtype -> the Plan of one 2-D leaf, which keeps its column-sum kernel
+_LEAF_PLANS = memo_table("eager.leaf_plans", 8, stale_on_invalidate=True)
 
 
 def _how_to_fold(r: ReduceDef, dtype: np.dtype) -> tuple:

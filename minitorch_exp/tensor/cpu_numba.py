@@ -194,7 +194,8 @@ def run_flat(kernel, shape: tuple, dtype, args: list) -> np.ndarray:
 
 def column_sums(x: np.ndarray, plan) -> np.ndarray:
     """``x.sum(0)`` of a C-ordered 2-D float array of at least two columns, in float64
-    accumulators as the engine's sums are: node/eager.py's, for a bias's gradient.
+    accumulators as the engine's sums are: node/eager.py's ``_fold`` for a sum over the
+    rows computed at once (a bias's gradient).
     ``plan``: the Plan of one leaf of ``x``'s dtype (``result = in0``), which keeps the
     kernel. NumPy's ``add.reduce(x, 0, dtype=float64)`` casts through buffers (3.9 us
     on a (64, 100) float32 gradient); the engine's own kernel for a tensor summed over
