@@ -195,13 +195,12 @@ def run_flat(kernel, shape: tuple, dtype, args: list) -> np.ndarray:
 def column_sums(x: np.ndarray, plan) -> np.ndarray:
     """``x.sum(0)`` of a C-ordered 2-D float array of at least two columns, in float64
     accumulators as the engine's sums are: node/eager.py's ``_fold`` for a sum over the
-    rows computed at once (a bias's gradient).
-    ``plan``: the Plan of one leaf of ``x``'s dtype (``result = in0``), which keeps the
-    kernel. NumPy's ``add.reduce(x, 0, dtype=float64)`` casts through buffers (3.9 us
-    on a (64, 100) float32 gradient); the engine's own kernel for a tensor summed over
-    its rows takes 0.8. Run serially it adds row after row into one row of
-    accumulators, NumPy's order, so the bits are NumPy's (one column would be a whole
-    sum, which NumPy adds pairwise)."""
+    rows computed at once (a bias's gradient). ``plan``: the Plan of one leaf of ``x``'s
+    dtype (``result = in0``), which keeps the kernel. NumPy's ``add.reduce(x, 0,
+    dtype=float64)`` casts through buffers (3.9 us on a (64, 100) float32 gradient);
+    the engine's own kernel for a tensor summed over its rows takes 0.8. Run serially
+    it adds row after row into one row of accumulators, NumPy's order, so the bits are
+    NumPy's (one column would be a whole sum, which NumPy adds pairwise)."""
     kernel = plan.compiled.get("column-sums")
     if kernel is None:
         kernel = plan.compiled["column-sums"] = reduce_kernel(
