@@ -89,7 +89,7 @@ def _same_pads(kernel, stride, dilation) -> tuple[int, int, int, int]:
     return tuple(pads)
 
 
-def conv_pads(padding, kernel, stride, dilation) -> tuple[int, int, int, int]:
+def conv_pads(padding, kernel, stride, dilation, name: str) -> tuple[int, int, int, int]:
     """``(top, bottom, left, right)`` from an int, a pair, ``'valid'`` or ``'same'``."""
     if padding == "valid":
         return (0, 0, 0, 0)
@@ -97,17 +97,8 @@ def conv_pads(padding, kernel, stride, dilation) -> tuple[int, int, int, int]:
         return _same_pads(kernel, stride, dilation)
     if isinstance(padding, str):
         raise ValueError(f"padding must be 'valid', 'same', an int or a pair, got {padding!r}")
-    ph, pw = im2col.pair(padding, "padding")
-    if ph < 0 or pw < 0:
-        raise ValueError(f"padding must be non-negative, got {padding!r}")
+    ph, pw = im2col.window_sizes(padding, "padding", least=0, where=name)
     return (ph, ph, pw, pw)
-
-
-def _positive(value, name: str):
-    pair = im2col.pair(value, name)
-    if min(pair) < 1:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return pair
 
 
 def _check_conv(name: str, x: Node, weight: Node, bias, groups: int) -> None:
@@ -118,7 +109,7 @@ def _check_conv(name: str, x: Node, weight: Node, bias, groups: int) -> None:
     if weight.ndim != 4:
         raise ValueError(f"{name}: expected weight of shape (out_channels, in_channels/groups, "
                          f"kH, kW), got shape {weight.shape}")
-    if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups:
+    if weight.shape[0] % groups:
         raise ValueError(f"{name}: groups={groups} must be a positive divisor of the "
                          f"{weight.shape[0]} output channels")
     channels = x.shape[-3]
@@ -150,16 +141,23 @@ def conv2d(input: Node, weight: Node, bias: Node | None = None, stride=1, paddin
            dilation=1, groups: int = 1) -> Node:
     """2-D cross-correlation, PyTorch's ``F.conv2d``: input (N, C, H, W) or (C, H, W),
     weight (O, C/groups, kH, kW); ``padding`` an int, a pair, ``'valid'`` or ``'same'``."""
-    x, weight = ops.as_node(input), ops.as_node(weight)
-    _check_conv("conv2d", x, weight, bias, groups)
+    return _conv("conv2d", ops.as_node(input), ops.as_node(weight), bias, stride, padding,
+                 dilation, groups)
+
+
+def _conv(name: str, x: Node, weight: Node, bias, stride, padding, dilation, groups) -> Node:
+    """``conv2d``, its errors naming ``name`` (the function the user called)."""
+    groups = im2col.window_count(groups, "groups", where=name)
+    _check_conv(name, x, weight, bias, groups)
     unbatched = x.ndim == 3
     if unbatched:
         x = ops.unsqueeze(x, 0)
-    stride, dilation = _positive(stride, "stride"), _positive(dilation, "dilation")
+    stride = im2col.window_sizes(stride, "stride", where=name)
+    dilation = im2col.window_sizes(dilation, "dilation", where=name)
     kernel = weight.shape[2:]
-    pads = conv_pads(padding, kernel, stride, dilation)
+    pads = conv_pads(padding, kernel, stride, dilation, name)
     window = im2col.conv_window(x.shape[2:], kernel, stride, dilation, pads)
-    _check_window("conv2d", x.shape, window)
+    _check_window(name, x.shape, window)
     args = (x, weight) if bias is None else (x, weight, bias)
     out = Conv2dFunction.apply(*args, window=window, groups=groups)
     return ops.squeeze(out, 0) if unbatched else out
@@ -174,21 +172,13 @@ def conv1d(input: Node, weight: Node, bias: Node | None = None, stride=1, paddin
         raise ValueError(f"conv1d: expected input (N, C, L) or (C, L) and weight "
                          f"(out_channels, in_channels/groups, k), got shapes {x.shape} and "
                          f"{weight.shape}")
+    (s,), (d,) = (im2col.window_sizes(v, name, 1, where="conv1d")
+                  for v, name in ((stride, "stride"), (dilation, "dilation")))
     if not isinstance(padding, str):
-        padding = (0, _single(padding, "padding"))
-    out = conv2d(ops.unsqueeze(x, -2), ops.unsqueeze(weight, 2), bias,
-                 (1, _single(stride, "stride")), padding, (1, _single(dilation, "dilation")),
-                 groups)
+        padding = (0, *im2col.window_sizes(padding, "padding", 1, 0, "conv1d"))
+    out = _conv("conv1d", ops.unsqueeze(x, -2), ops.unsqueeze(weight, 2), bias, (1, s),
+                padding, (1, d), groups)
     return ops.squeeze(out, -2)
-
-
-def _single(value, name: str) -> int:
-    if isinstance(value, int):
-        return value
-    items = tuple(value)
-    if len(items) != 1 or not isinstance(items[0], int):
-        raise ValueError(f"{name} must be an int or a 1-tuple of ints, got {value!r}")
-    return items[0]
 
 
 # ---- modules --------------------------------------------------------------------------
@@ -197,12 +187,19 @@ class _ConvNd(Module):
     """Weight (out, in/groups, *kernel) and bias, with PyTorch's default initialisation:
     ``kaiming_uniform_(a=sqrt(5))`` for the weight, uniform(+-1/sqrt(fan_in)) for the bias."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: tuple, stride,
+    def __init__(self, dims: int, in_channels: int, out_channels: int, kernel_size, stride,
                  padding, dilation, groups: int, bias: bool, padding_mode: str,
                  dtype, generator):
         super().__init__()
+        name = type(self).__name__
+        kernel_size, stride, dilation = (im2col.window_sizes(v, what, dims, where=name) for v, what
+                                         in ((kernel_size, "kernel_size"), (stride, "stride"),
+                                             (dilation, "dilation")))
+        if not isinstance(padding, str):
+            padding = im2col.window_sizes(padding, "padding", dims, 0, name)
+        groups = im2col.window_count(groups, "groups", where=name)
         for what, n in (("in_channels", in_channels), ("out_channels", out_channels)):
-            if groups < 1 or n % groups:
+            if n % groups:
                 raise ValueError(f"{what}={n} must be divisible by groups={groups}")
         if padding_mode != "zeros":
             raise NotImplementedError(f"padding_mode={padding_mode!r}: only 'zeros' is "
@@ -234,21 +231,14 @@ class _ConvNd(Module):
         return text + ("" if self.bias is not None else ", bias=False")
 
 
-def _padding_arg(padding, n: int):
-    return padding if isinstance(padding, str) else (
-        (padding,) * n if isinstance(padding, int) else tuple(padding))
-
-
 class Conv2d(_ConvNd):
     """``nn.Conv2d``: input (N, C_in, H, W) -> (N, C_out, H_out, W_out)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
                  dtype=np.float32, generator=None):
-        super().__init__(in_channels, out_channels, im2col.pair(kernel_size, "kernel_size"),
-                         im2col.pair(stride, "stride"), _padding_arg(padding, 2),
-                         im2col.pair(dilation, "dilation"), groups, bias, padding_mode,
-                         dtype, generator)
+        super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, dtype, generator)
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
@@ -261,10 +251,8 @@ class Conv1d(_ConvNd):
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
                  dtype=np.float32, generator=None):
-        super().__init__(in_channels, out_channels, (_single(kernel_size, "kernel_size"),),
-                         (_single(stride, "stride"),), _padding_arg(padding, 1),
-                         (_single(dilation, "dilation"),), groups, bias, padding_mode,
-                         dtype, generator)
+        super().__init__(1, in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, dtype, generator)
 
     def forward(self, x):
         padding = self.padding if isinstance(self.padding, str) else self.padding[0]

@@ -139,6 +139,9 @@ def embedding(input, weight: Node, padding_idx: int | None = None,  # noqa: A002
     if max_norm is not None or scale_grad_by_freq or sparse:
         raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not "
                                   "supported")
+    if len(weight.shape) != 2:
+        raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got "
+                         f"shape {tuple(weight.shape)}")
     idx = input.numpy() if isinstance(input, Node) else np.asarray(input)
     rows = weight.shape[0]
     if idx.dtype.kind not in "iu":

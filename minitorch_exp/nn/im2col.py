@@ -23,6 +23,7 @@ itself.
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 from ..tensor import creation
@@ -57,14 +58,36 @@ class Window(NamedTuple):
         return (*shape[:-2], shape[-2] + top + bottom, shape[-1] + left + right)
 
 
-def pair(value, name: str) -> Pair:
-    """``3`` -> ``(3, 3)``; a pair stays a pair; anything else is refused by name."""
-    if isinstance(value, int):
-        return (value, value)
-    items = tuple(value)
-    if len(items) != 2 or not all(isinstance(v, int) for v in items):
-        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-    return items
+#: What a size at least ``least`` is called in an error.
+_AT_LEAST = {0: "non-negative", 1: "positive"}
+
+
+def _is_size(value, least: int) -> bool:
+    return isinstance(value, numbers.Integral) and value >= least
+
+
+def _wanted(where: str, name: str, least: int, form: str, value) -> ValueError:
+    prefix = f"{where}: " if where else ""
+    return ValueError(f"{prefix}{name} must be {_AT_LEAST[least]}: {form}, got {value!r}")
+
+
+def window_sizes(value, name: str, n: int = 2, least: int = 1, where: str = "") -> tuple[int, ...]:
+    """A kernel size, stride, padding or dilation as ``n`` ints, each ``least`` or more:
+    ``3`` -> ``(3, 3)``, a tuple or list of ``n`` stays as it is. Anything else (zero, a
+    negative, a float, another count) is a ValueError naming ``where``, ``name``, what it
+    takes and ``value`` -- the one check every convolution and pooling argument passes."""
+    items = (value,) * n if isinstance(value, numbers.Integral) else (
+        tuple(value) if isinstance(value, (tuple, list)) else ())
+    if len(items) != n or not all(_is_size(v, least) for v in items):
+        raise _wanted(where, name, least, f"an int or a tuple of {n} int{'s' * (n > 1)}", value)
+    return tuple(int(v) for v in items)
+
+
+def window_count(value, name: str, least: int = 1, where: str = "") -> int:
+    """``window_sizes`` for an argument that is one int only (``groups``)."""
+    if not _is_size(value, least):
+        raise _wanted(where, name, least, "an int", value)
+    return int(value)
 
 
 def out_size(size: int, kernel: int, stride: int, dilation: int, pad_total: int) -> int:

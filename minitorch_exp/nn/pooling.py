@@ -107,21 +107,27 @@ class AvgPool2dFunction(Function):
 
 # ---- argument forms and checks ------------------------------------------------------------
 
+def _pool_sizes(name: str, kernel_size, stride, padding, dilation):
+    """``(kernel, stride, padding, dilation)`` as pairs, each checked (``stride`` None or
+    ``[]``: the kernel's, as in PyTorch; 0 is refused, not taken for "unset")."""
+    kernel = im2col.window_sizes(kernel_size, "kernel_size", where=name)
+    unset = stride is None or (isinstance(stride, list) and not stride)
+    stride = kernel if unset else im2col.window_sizes(stride, "stride", where=name)
+    padding = im2col.window_sizes(padding, "padding", least=0, where=name)
+    dilation = im2col.window_sizes(dilation, "dilation", where=name)
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ValueError(f"{name}: padding {padding} must be at most half of kernel_size="
+                         f"{kernel}")
+    return kernel, stride, padding, dilation
+
+
 def _window(name: str, x: Node, kernel_size, stride, padding, dilation,
             ceil_mode: bool) -> im2col.Window:
     if x.ndim not in (3, 4):
         raise ValueError(f"{name}: expected input of shape (N, C, H, W) or (C, H, W), got "
                          f"shape {x.shape}")
-    kernel = im2col.pair(kernel_size, "kernel_size")
-    stride = kernel if stride is None or stride == [] else im2col.pair(stride, "stride")
-    padding, dilation = im2col.pair(padding, "padding"), im2col.pair(dilation, "dilation")
-    if min(kernel + stride + dilation) < 1 or min(padding) < 0:
-        raise ValueError(f"{name}: kernel_size, stride and dilation must be positive and "
-                         f"padding non-negative, got kernel_size={kernel}, stride={stride}, "
-                         f"dilation={dilation}, padding={padding}")
-    if any(2 * p > k for p, k in zip(padding, kernel)):
-        raise ValueError(f"{name}: padding {padding} must be at most half of kernel_size="
-                         f"{kernel}")
+    kernel, stride, padding, dilation = _pool_sizes(name, kernel_size, stride, padding,
+                                                    dilation)
     window = im2col.pool_window(x.shape[-2:], kernel, stride, padding, dilation, ceil_mode)
     if min(window.out) < 1:
         raise ValueError(f"{name}: input of shape {x.shape} is too small for kernel_size="
@@ -141,8 +147,8 @@ def _batched(fn):
     return wrapper
 
 
-def _divisor(window: im2col.Window, shape, padding, count_include_pad: bool,
-             divisor_override, dtype, device):
+def _divisor(window: im2col.Window, shape, count_include_pad: bool, divisor_override,
+             dtype, device):
     """How many elements each window averages: ``KH*KW`` everywhere, or per output
     position where windows are clipped (``ceil_mode``) or padding is not counted."""
     if divisor_override is not None:
@@ -150,10 +156,10 @@ def _divisor(window: im2col.Window, shape, padding, count_include_pad: bool,
             raise ValueError("avg_pool2d: divisor_override must be non-zero")
         return float(divisor_override)
     h, w = shape[-2:]
-    top, _, left, _ = window.pads
+    top, _, left, _ = window.pads  # the far sides may hold ceil_mode's extra rows too
     counted = np.zeros(window.padded(shape)[-2:])
     if count_include_pad:
-        counted[:h + 2 * padding[0], :w + 2 * padding[1]] = 1.0
+        counted[:h + 2 * top, :w + 2 * left] = 1.0
     else:
         counted[top:top + h, left:left + w] = 1.0
     (sh, sw), (oh, ow) = window.stride, window.out
@@ -182,8 +188,8 @@ def avg_pool2d(input: Node, kernel_size, stride=None, padding=0,  # noqa: A002
                divisor_override=None) -> Node:
     """PyTorch's ``F.avg_pool2d`` (zeros padding; ``count_include_pad`` counts it)."""
     window = _window("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)
-    divisor = _divisor(window, input.shape, im2col.pair(padding, "padding"), count_include_pad,
-                       divisor_override, input.dtype, input.device)
+    divisor = _divisor(window, input.shape, count_include_pad, divisor_override, input.dtype,
+                       input.device)
     return AvgPool2dFunction.apply(input, window=window, divisor=divisor)
 
 
@@ -227,7 +233,9 @@ class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
                  return_indices: bool = False, ceil_mode: bool = False):
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
+        _pool_sizes(type(self).__name__, kernel_size, stride, padding, dilation)
+        stride = kernel_size if stride is None else stride
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
 
     def forward(self, x):
@@ -245,7 +253,9 @@ class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True, divisor_override=None):
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
+        _pool_sizes(type(self).__name__, kernel_size, stride, padding, 1)
+        stride = kernel_size if stride is None else stride
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
         self.divisor_override = divisor_override
 
