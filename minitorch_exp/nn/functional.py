@@ -3,6 +3,7 @@ primitives), and the convolution, pooling and normalization functions of their m
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -14,7 +15,6 @@ from ..node.node import Node
 from ..tensor import capture
 from ..tensor.creation import arange, rand
 from ..tensor.engine import realize
-from ..tensor.expr import where
 from ..tensor.tensor import from_array
 from .conv import conv1d, conv2d  # noqa: F401  (F.conv2d, as in PyTorch)
 from .normalization import batch_norm  # noqa: F401
@@ -158,16 +158,20 @@ def embedding(input, weight: Node, padding_idx: int | None = None,  # noqa: A002
 
 
 def _targets(target, n_classes: int, device):
-    """Integer class targets as a Tensor on ``device``, range-checked unless capturing."""
+    """Integer class targets as a Tensor on ``device``, range-checked by a host op: a
+    captured step's replays check each new batch too, before its backward runs."""
     t = target.value if isinstance(target, Node) else from_array(np.asarray(target))
     if t.dtype.kind not in "iu":
         raise TypeError(f"class targets must be integers, got {t.dtype}")
-    if not capture.is_recording():  # a captured step cannot read them: see _one_hot
-        values = t.numpy(writable=False)
-        if values.size and (values.min() < 0 or values.max() >= n_classes):
-            raise ValueError(f"class targets must be in [0, {n_classes}), got range "
-                             f"[{values.min()}, {values.max()}]")
+    capture.host_op(functools.partial(_check_targets, t, n_classes))
     return t.to(device)
+
+
+def _check_targets(t, n_classes: int) -> None:
+    values = t.numpy(writable=False)
+    if values.size and (values.min() < 0 or values.max() >= n_classes):
+        raise ValueError(f"class targets must be in [0, {n_classes}), got range "
+                         f"[{values.min()}, {values.max()}]")
 
 
 def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0):
@@ -175,8 +179,7 @@ def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0):
 
     A compare against ``arange(n_classes)`` rather than host-side indexing: it
     fuses into the loss kernels, and a captured step recomputes it for each new
-    batch. A captured step cannot range-check targets on the host, so there an
-    out-of-range target turns its row of ``q``, and with it the loss, into NaN.
+    batch.
     """
     t = _targets(target, n_classes, device)
     if eager.now((t.shape[0], n_classes), device):  # small: made now, as the ops would be
@@ -187,8 +190,6 @@ def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0):
     q = (rows == classes).astype(dtype)
     if smoothing:
         q = q * (1.0 - smoothing) + smoothing / n_classes
-    if capture.is_recording():
-        q = where((rows >= 0) & (rows < n_classes), q, float("nan"))
     return q
 
 
