@@ -33,6 +33,7 @@ from .node import (
 from .node import pytorch as _pytorch
 from .node.anomaly import detect_anomaly
 from .node.devices import device, get_default_device, set_default_device
+from .node.grad_mode import inference_mode
 from .node.graph import draw as draw_graph
 from .node.graph import to_dot
 from .node.ops import FUNCTIONS as _OP_FUNCTIONS
@@ -52,6 +53,7 @@ from .node.ops import (
     transpose,
     unsqueeze,
 )
+from .node.tensor_methods import narrow
 from .serialization import load, save
 from .tensor.backends import set_cpu_backend
 from .tensor.counters import count_kernels, kernel_counts, reset_kernel_counts, set_debug
@@ -92,7 +94,7 @@ __all__ = [
     "reset_kernel_counts", "reshape", "save", "set_cpu_backend", "set_debug", "set_fusion",
     "set_fusion_threshold", "set_num_threads", "softmax", "squeeze", "stack", "tensor",
     "to_dot", "transpose", "unregister_op", "unsqueeze", "zeros", "zeros_like",
-    "device", "get_default_device", "set_default_device",
+    "device", "get_default_device", "set_default_device", "inference_mode", "narrow",
     *sorted(_OP_FUNCTIONS), *sorted(_pytorch.FUNCTIONS),
     *sorted(set(DTYPE_NAMES) - NOT_STARRED - {"float32", "float64", "int32", "int64"}),
 ]

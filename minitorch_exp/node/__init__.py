@@ -1,6 +1,6 @@
 """The Node level: a dynamic computation graph with ``backward()`` over fused expressions."""
 
-from . import ops, pytorch  # pytorch: PyTorch's spellings, installed on Node
+from . import ops, pytorch, tensor_methods  # PyTorch's spellings, installed on Node
 from .backward import backward, topological_order
 from .capture import CaptureError, capture
 from .function import Context, Function
@@ -39,5 +39,6 @@ __all__ = [
     "enable_grad", "from_numpy", "full", "full_like", "fusion", "gradcheck",
     "is_grad_enabled", "no_grad", "ones", "ones_like", "ops", "pytorch", "rand", "rand_like",
     "randn", "randn_like", "set_fusion", "set_fusion_threshold", "get_fusion_threshold",
+    "tensor_methods",
     "tensor", "topological_order", "zeros", "zeros_like",
 ]

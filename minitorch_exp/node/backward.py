@@ -24,6 +24,7 @@ from ..tensor.engine import assign
 from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
 from . import anomaly, capture, eager
 from .eager import realize
+from .hooks import HOOKS, run_hooks
 from .node import MAX_FUSED_OPS, Node, count_ops
 from .trace import trace_for_pass
 
@@ -91,6 +92,8 @@ def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
         g = grads.pop(node, None)
         if g is None:
             continue
+        if HOOKS and HOOKS.get(id(node)):  # x.register_hook(fn): may replace the gradient
+            g = run_hooks(node, g)
         ctx = node.grad_fn
         if ctx is None:
             _accumulate(node, g, trace)

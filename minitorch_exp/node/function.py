@@ -68,9 +68,17 @@ class Context:
 
     @property
     def name(self) -> str:
-        """The op, for messages: ``MatMul``, or ``Elementwise(mul)`` for a registry op."""
+        """The op, for messages: ``MatMul``, or ``Elementwise(mul)`` for a registry op;
+        PyTorch's ``grad_fn.name()`` calls it (``FunctionName``)."""
         op = self.attrs.get("op")
-        return self.fn.__name__ if not isinstance(op, str) else f"{self.fn.__name__}({op})"
+        return FunctionName(self.fn.__name__ if not isinstance(op, str)
+                            else f"{self.fn.__name__}({op})")
+
+    @property
+    def next_functions(self) -> tuple:
+        """PyTorch's: per input, ``(its grad_fn, 0)``; ``(AccumulateGrad, 0)`` for a leaf
+        that requires grad, ``(None, 0)`` for the rest. Empty once backward freed it."""
+        return tuple((_grad_fn_of(x), 0) for x in self.inputs)
 
     def __repr__(self) -> str:
         return f"<{self.name}>"
@@ -119,6 +127,35 @@ class Context:
         self.inputs = ()
         self.arrays = None
         self.freed = True
+
+
+class FunctionName(str):
+    """A Function's name that is also callable, so that both PyTorch's ``grad_fn.name()``
+    and this project's ``grad_fn.name`` read it."""
+
+    def __call__(self) -> str:
+        return str(self)
+
+
+class AccumulateGrad:
+    """What ``next_functions`` shows for a leaf that requires grad: its ``variable``."""
+
+    next_functions = ()
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+    def __repr__(self) -> str:
+        return "<AccumulateGrad>"
+
+
+def _grad_fn_of(x):
+    if not isinstance(x, _node.Node) or not x.requires_grad:
+        return None
+    return AccumulateGrad(x) if x.grad_fn is None else x.grad_fn
 
 
 def _storages(values, known: dict) -> tuple:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import operator
-import os
 import threading
+
+from ..tensor import environment
 
 #: Elements below which a CPU op is computed at once with NumPy instead of kept lazy
 #: (node/eager.py): measured by ``benchmarks/bench_eager.py --sweep``, where a chain of
@@ -37,10 +38,8 @@ def _checked_threshold(n, what: str) -> int:
 
 
 def _default_threshold() -> int:
-    value = os.environ.get(THRESHOLD_ENV, "").strip()
-    if not value:
-        return MEASURED_FUSION_THRESHOLD
-    return _checked_threshold(value, f"{THRESHOLD_ENV}={value!r}")
+    return environment.whole_number(THRESHOLD_ENV, MEASURED_FUSION_THRESHOLD,
+                                    what="elements; 0 fuses every op")
 
 
 class _Modes(threading.local):
@@ -61,13 +60,14 @@ def is_grad_enabled() -> bool:
 class _GradMode(contextlib.ContextDecorator):
     """Context manager *and* decorator that sets grad mode, restoring it afterwards."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool | None):
         self.enabled = enabled
         self._saved: dict[int, list[bool]] = {}  # per thread: the modes to restore
 
     def __enter__(self):
         self._saved.setdefault(threading.get_ident(), []).append(_modes.grad)
-        _modes.grad = self.enabled
+        if self.enabled is not None:  # None: as it is (inference_mode(False))
+            _modes.grad = self.enabled
         return self
 
     def __exit__(self, *exc):
@@ -89,6 +89,15 @@ class _GradMode(contextlib.ContextDecorator):
 def no_grad() -> _GradMode:
     """Inside, no graph is recorded: results have ``requires_grad=False``."""
     return _GradMode(False)
+
+
+def inference_mode(mode=True):
+    """PyTorch's ``inference_mode``: here ``no_grad``; ``mode=False`` leaves recording as
+    it is. A context manager and a decorator, with or without the call
+    (``@mt.inference_mode``, ``@mt.inference_mode()``)."""
+    if callable(mode):
+        return _GradMode(False)(mode)
+    return _GradMode(False if mode else None)
 
 
 def enable_grad() -> _GradMode:

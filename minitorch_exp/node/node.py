@@ -84,19 +84,20 @@ class Node:
         explain and debug output call ``W.grad`` after a Node named ``W``."""
         return {} if self._grad is None else {"grad": self._grad._value}
 
-    def set_value(self, value: Tensor, *, move: bool = False) -> None:
+    def set_value(self, value: Tensor, *, move: bool = False, cast: bool = False) -> None:
         """Make the Tensor ``value`` this Node's value (for code that manages parameters).
 
         That very object is kept: one made anew over the same memory counts as a new
         value (a captured step records itself again). Its shape and dtype must be this
-        Node's, and its device too unless ``move`` (``Module.to``). nn/optim.py points
+        Node's -- its dtype may change with ``cast`` -- and its device too unless ``move``
+        (``Module.to``). nn/optim.py points
         each parameter into a flat buffer so; a user writes ``.data = t``.
         """
         if not isinstance(value, Tensor):
             raise TypeError(f"set_value takes a Tensor, got {type(value).__name__}")
         if not move:
             _checked_like(self, value, "the value")
-        elif (value.shape, value.dtype) != (self.shape, self.dtype):
+        elif value.shape != self.shape or not cast and value.dtype != self.dtype:
             raise ValueError(f"set_value: the value of a {self.dtype.name} tensor of shape "
                              f"{self.shape} cannot become {value.dtype.name} {value.shape}")
         if value is not self._value:
@@ -153,9 +154,12 @@ class Node:
         return self._value.kind != RVALUE and getattr(self._value, "realized", None) is None
 
     @property
-    def data(self) -> Tensor:
-        """The underlying Tensor, outside the graph (writes to it are not recorded)."""
-        return self.value
+    def data(self) -> Node:
+        """The value outside the graph, as PyTorch's: a new Node sharing this one's Tensor,
+        with ``requires_grad=False``, so that every tensor method works on it and writes
+        into it (``p.data.add_(g)``) change this Node, unrecorded. ``.value`` is the
+        Tensor itself."""
+        return Node(self.value)
 
     @data.setter
     def data(self, value) -> None:
@@ -516,7 +520,8 @@ def from_numpy(arr: np.ndarray, requires_grad: bool = False) -> Node:
 
 
 def _factory(fn):
-    def make(*shape, dtype=dtypes.float32, device=None, requires_grad=False, **kw):
+    def make(*shape, size=None, dtype=dtypes.float32, device=None, requires_grad=False, **kw):
+        shape = shape if size is None else (size,)  # PyTorch's randn(size=(2, 3))
         return _wrap(fn(*shape, dtype=dtype, device=default_device(device), **kw),
                      requires_grad)
     make.__name__ = fn.__name__

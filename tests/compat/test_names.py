@@ -247,7 +247,7 @@ def test_method_forms():
     assert x.permute(1, 0).shape == (3, 2) and x.transpose(0, 1).shape == (3, 2)
     assert x.contiguous() is x
     t = x.t().contiguous()
-    assert t is not x and t.data.is_contiguous()
+    assert t is not x and t.value.is_contiguous()
     np.testing.assert_array_equal(t.numpy(), x.numpy().T)
     assert x.size() == (2, 3) and x.size(-1) == 3 and x.shape == (2, 3)
     assert x.clone().numpy().tolist() == x.numpy().tolist()

@@ -219,4 +219,4 @@ def test_a_parameter_given_new_data_after_the_optimizer_is_updated_there():
     expected = -0.5 * lin.weight.grad.numpy()
     opt.step()
     np.testing.assert_allclose(new.numpy(), expected, rtol=1e-6)
-    assert lin.weight.data is new
+    assert lin.weight.value is new

@@ -72,7 +72,7 @@ def test_data_assignment_replaces_the_value_sharing_memory_as_torch_does():
     p = mt.tensor([1.0, 2.0], requires_grad=True)
     new = T.tensor([7.0, 8.0])
     p.data = new
-    assert p.data is new and p.requires_grad and p.is_leaf
+    assert p.value is new and p.requires_grad and p.is_leaf
     new[0] = 5.0  # the value is ``new`` itself, not a copy
     np.testing.assert_array_equal(p.numpy(), [5.0, 8.0])
     p.data = mt.tensor([3.0, 4.0])  # a Node gives its value
@@ -147,13 +147,13 @@ def test_an_out_of_range_dim_names_it_the_range_and_the_shape(call, level):
     if level == "tensor":
         if "mt" in call.__code__.co_names:
             pytest.skip("a Node-level function")
-        x = x.data
+        x = x.value
     with pytest.raises(IndexError, match=_OUT_OF_RANGE):
         call(x)
 
 
 def test_unsqueeze_out_of_range_names_the_range_for_the_new_dim():
-    for x in (mt.zeros(2, 3), mt.zeros(2, 3).data):
+    for x in (mt.zeros(2, 3), mt.zeros(2, 3).value):
         with pytest.raises(IndexError, match=r"4.*out of range.*\(2, 3\).*\[-3, 2\]"):
             x.unsqueeze(4)
     with pytest.raises(IndexError, match=r"-4.*out of range.*\[-3, 2\]"):
@@ -164,7 +164,7 @@ def test_unsqueeze_out_of_range_names_the_range_for_the_new_dim():
 @pytest.mark.parametrize("level", ["node", "tensor"])
 def test_an_axis_that_is_not_an_int_is_a_type_error_naming_it(axis, level):
     x = mt.zeros(2, 3)
-    x = x if level == "node" else x.data
+    x = x if level == "node" else x.value
     with pytest.raises(TypeError, match=r"axis.*int.*got.*(1\.5|'0').*\(2, 3\)"):
         x.sum(axis=axis)
 
@@ -247,11 +247,11 @@ def test_an_integer_base_to_a_negative_integer_power_is_refused(dtype):
     with pytest.raises(ValueError, match=match):
         x ** -1  # noqa: B018
     with pytest.raises(ValueError, match=match):
-        x.data ** -1  # noqa: B018
+        x.value ** -1  # noqa: B018
     with pytest.raises(ValueError, match=match):
-        x.data ** np.int64(-1)  # noqa: B018
+        x.value ** np.int64(-1)  # noqa: B018
     with pytest.raises(ValueError, match=match):
-        T.apply_op("pow", x.data, -1)
+        T.apply_op("pow", x.value, -1)
     with pytest.raises(ValueError, match=match):
         mt.op("pow", x, -1)
 

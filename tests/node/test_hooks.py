@@ -33,7 +33,7 @@ def test_set_value_keeps_the_very_tensor():
     p = mt.randn(2, 3, requires_grad=True)
     t = zeros((2, 3))
     p.set_value(t)
-    assert p.data is t and np.array_equal(p.numpy(), np.zeros((2, 3)))
+    assert p.value is t and np.array_equal(p.numpy(), np.zeros((2, 3)))
 
 
 @pytest.mark.parametrize("bad, error", [(zeros((3, 2)), ValueError),
@@ -70,9 +70,9 @@ def test_backward_writes_a_new_gradient_into_the_sink():
     sink = Sink(p)
     p.set_grad_sink(sink)
     (p * 3).sum().backward()
-    assert sink.taken == 1 and p.grad.data is sink.t
+    assert sink.taken == 1 and p.grad.value is sink.t
     assert np.allclose(sink.t.numpy(), 3)
-    assert grads_in_sinks([p], [p.data])
+    assert grads_in_sinks([p], [p.value])
 
 
 def test_a_sink_that_cannot_serve_the_device_lets_backward_make_one():
@@ -80,15 +80,15 @@ def test_a_sink_that_cannot_serve_the_device_lets_backward_make_one():
     sink = Sink(p, device="cuda")
     p.set_grad_sink(sink)
     p.sum().backward()
-    assert sink.taken == 1 and p.grad.data is not sink.t
-    assert not grads_in_sinks([p], [p.data])
+    assert sink.taken == 1 and p.grad.value is not sink.t
+    assert not grads_in_sinks([p], [p.value])
 
 
 def test_grads_in_sinks_sees_a_replaced_value_and_a_missing_grad():
     p, q = mt.randn(2, requires_grad=True), mt.randn(2, requires_grad=True)
     for x in (p, q):
         x.set_grad_sink(Sink(x))
-    values = [p.data, q.data]
+    values = [p.value, q.value]
     assert not grads_in_sinks([p, q], values)  # no gradients yet
     (p + q).sum().backward()
     assert grads_in_sinks([p, q], values)
@@ -104,9 +104,9 @@ def test_grads_in_sinks_sees_a_replaced_value_and_a_missing_grad():
 def test_a_node_names_its_value_in_explain():
     weights = mt.randn(4, requires_grad=True)
     lazy = weights * 2
-    assert held_exp(weights) is weights.data and held_exp(lazy).kind != RVALUE
+    assert held_exp(weights) is weights.value and held_exp(lazy).kind != RVALUE
     assert lazy.is_lazy  # reading it for a name computed nothing
     names = caller_names()
-    assert names[id(weights)] == names[id(weights.data)] == "weights"
+    assert names[id(weights)] == names[id(weights.value)] == "weights"
     assert names[id(held_exp(lazy))] == "lazy"
     assert held_exp(Node) is None and held_exp(3) is None

@@ -1,0 +1,67 @@
+"""Hooks on tensors: ``x.register_hook(fn)`` calls ``fn(grad)`` when backward has the
+gradient with respect to ``x``, and a result other than None replaces that gradient
+(what reaches ``x.grad`` on a leaf, and what flows on into the graph otherwise).
+
+Hooks live here, by Node, not on Node itself: backward asks only while
+some are registered (``HOOKS`` non-empty), so a graph without hooks pays one test per
+node. Module hooks (nn/hooks.py) are made of these.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+import numpy as np
+
+from . import eager
+
+#: ``id(node)`` -> its hooks, a list of (handle id, hook) in the order they run; an
+#: entry goes with its Node (a WeakKeyDictionary would compare Nodes with ``==``,
+#: which is elementwise).
+HOOKS: dict[int, list] = {}
+_ids = itertools.count()
+
+
+class RemovableHandle:
+    """What ``register_*hook`` returns: ``remove()`` takes the hook out of the list it was
+    put in (a second call does nothing); as a context manager, removes it on exit."""
+
+    def __init__(self, hooks: list, hook, prepend: bool = False):
+        self._hooks, self.id = hooks, next(_ids)
+        hooks.insert(0 if prepend else len(hooks), (self.id, hook))
+
+    def remove(self) -> None:
+        self._hooks[:] = [(i, h) for i, h in self._hooks if i != self.id]
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def register_hook(node, hook, *, prepend: bool = False) -> RemovableHandle:
+    """PyTorch's ``Tensor.register_hook``: ``hook(grad)`` -> None or a new gradient."""
+    if not node.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    hooks = HOOKS.get(id(node))
+    if hooks is None:
+        hooks = HOOKS[id(node)] = []
+        weakref.finalize(node, HOOKS.pop, id(node), None)
+    return RemovableHandle(hooks, hook, prepend)
+
+
+def run_hooks(node, g):
+    """``g`` (an array or an expression, as backward carries it) after ``node``'s hooks,
+    in the same form."""
+    from .node import Node
+    value = eager.wrap(g) if type(g) is np.ndarray else eager.realize(g)
+    for _, hook in list(HOOKS[id(node)]):
+        out = hook(Node(value))
+        if out is not None:
+            if not isinstance(out, Node) or out.shape != node.shape:
+                raise RuntimeError(f"a hook on a tensor of shape {node.shape} returned "
+                                   f"{out!r}: return None or a tensor of that shape")
+            value = out.value
+    return eager.as_array(value) if type(g) is np.ndarray else value
