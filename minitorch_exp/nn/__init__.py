@@ -1,6 +1,7 @@
 """nn: modules, layers, losses, initialisation, optimizers and data loading."""
 
-from . import functional, init, optim, parallel
+from . import functional, init, optim, parallel, utils
+from .containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv1d, Conv2d
 from .data import DataLoader, Dataset, DistributedSampler, TensorDataset
 from .layers import (
@@ -38,6 +39,7 @@ __all__ = [
     "GELU", "CrossEntropyLoss", "DataLoader", "Dataset", "DistributedSampler", "Dropout",
     "Flatten", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "NLLLoss",
     "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "TensorDataset",
-    "functional", "init", "optim", "parallel",
+    "functional", "init", "optim", "parallel", "utils",
+    "Identity", "ModuleDict", "ModuleList", "ParameterDict", "ParameterList",
     "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss",
 ]

@@ -11,9 +11,13 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..node.capture import register_structure_source
+from ..node.capture import Watched, register_structure_source
+from ..node.hooks import RemovableHandle
 from ..node.node import Node
+from ..tensor import dtypes
+from ..tensor.engine import realize
 from ..tensor.tensor import Tensor, from_array
+from . import hooks as module_hooks
 
 
 class Parameter(Node):
@@ -67,6 +71,23 @@ def structure_changed() -> None:
 
 
 register_structure_source(structure_version)  # mt.capture records again when it moves
+
+
+def _moved(t: Tensor, device, dtype) -> Tensor:
+    """``t`` on ``device`` (None: its own), cast to ``dtype`` when both are floats."""
+    if device is not None:
+        t = t.to(device)
+    if dtype is not None and t.dtype.kind == "f" and t.dtype != dtype:
+        t = realize(t.astype(dtype))
+    return t
+
+
+def _move(node: Node, device, dtype) -> None:
+    node.set_value(_moved(node.value, device, dtype), move=True, cast=True)
+
+
+_UNSET = object()
+_PLAIN = (bool, int, float, str, tuple, type(None))  # values compared by ==
 
 
 def _is_part(value) -> bool:
@@ -143,7 +164,7 @@ class Module:
     calling the module calls it.
     """
 
-    training: bool
+    training = Watched()  # mt.capture keeps a recording per mode (node/capture.py)
 
     def __init__(self):
         object.__setattr__(self, "training", True)
@@ -152,10 +173,19 @@ class Module:
     # Setting, replacing or deleting a Module, Parameter or tensor (or a container of
     # them) moves the structure version; a list or dict set empty or holding them is
     # kept as a tracked copy (PartList, PartDict) that moves it when its items change.
+    # A setting changed (``dropout.p``, ``bn.momentum``) moves it too: a recording
+    # froze the old value (tests/node/test_capture_modes.py).
     def __setattr__(self, name: str, value) -> None:
-        if _holds_parts(value) or _holds_parts(vars(self).get(name)):
+        old = vars(self).get(name, _UNSET)
+        if _holds_parts(value) or _holds_parts(old) or self._setting_changed(name, old, value):
             structure_changed()
         object.__setattr__(self, name, _kept(value))
+
+    def _setting_changed(self, name: str, old, new) -> bool:
+        """A plain value set anew (``training`` is watched instead: node/capture.py)."""
+        if old is _UNSET or old is new or isinstance(getattr(type(self), name, None), Watched):
+            return False
+        return not (type(old) is type(new) and type(new) in _PLAIN and old == new)
 
     def __delattr__(self, name: str) -> None:
         if _holds_parts(vars(self).get(name)):
@@ -166,7 +196,30 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        hooks = vars(self).get("_hooks")
+        if not hooks:
+            return self.forward(*args, **kwargs)
+        return module_hooks.call(self, hooks, args, kwargs)
+
+    # ---- hooks (nn/hooks.py) --------------------------------------------------
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> RemovableHandle:
+        """``hook(module, args)`` before ``forward``; a result replaces ``args``
+        (``with_kwargs``: ``hook(module, args, kwargs)`` -> ``(args, kwargs)``)."""
+        return RemovableHandle(module_hooks.hooks_of(self).pre, (hook, with_kwargs), prepend)
+
+    def register_forward_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False,
+                              always_call: bool = False) -> RemovableHandle:
+        """``hook(module, args, output)`` after ``forward``; a result replaces the output
+        (``with_kwargs``: ``hook(module, args, kwargs, output)``). ``always_call`` is
+        accepted; the hook runs when ``forward`` returns."""
+        return RemovableHandle(module_hooks.hooks_of(self).forward, (hook, with_kwargs),
+                               prepend)
+
+    def register_full_backward_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_input, grad_output)`` when the gradients with respect to
+        the module's inputs are computed; a tuple returned replaces ``grad_input``."""
+        return RemovableHandle(module_hooks.hooks_of(self).backward, hook, prepend)
 
     # ---- discovery ------------------------------------------------------------
     def named_children(self) -> Iterator[tuple[str, Module]]:
@@ -242,9 +295,22 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every parameter's gradient (``set_to_none``, PyTorch's default), or write
+        zeros into it."""
         for p in self.parameters():
-            p.grad = None
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.value[...] = 0
+
+    def apply(self, fn) -> Module:
+        """``fn(module)`` for every submodule, children before their parent, then self
+        (as PyTorch's: ``model.apply(init_weights)``)."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
 
     # ---- state ------------------------------------------------------------------
     def state_dict(self) -> OrderedDict:
@@ -272,14 +338,34 @@ class Module:
             p = params[name]
             p.value[...] = from_array(np.require(arr, p.dtype, "C")).to(p.device)  # keeps 0-d
 
-    def to(self, device) -> Module:
+    def to(self, *args, device=None, dtype=None, non_blocking: bool = False) -> Module:
+        """PyTorch's ``to``: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``,
+        ``to(tensor)`` (its device and dtype) or keywords. A dtype applies to floating-point
+        parameters and buffers only (integer buffers keep theirs), and gradients follow."""
+        for a in args:
+            if isinstance(a, Node):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, (np.dtype, type)):
+                dtype = a
+            else:
+                device = a
+        dtype = None if dtype is None else dtypes.as_dtype(dtype)
         for p in self.parameters():
-            p.set_value(p.value.to(device), move=True)
+            _move(p, device, dtype)
             if p.grad is not None:
-                p.grad = p.grad.to(device)
+                p.grad = _moved(p.grad.value, device, dtype)
         for b in self.buffers():
-            b.set_value(b.value.to(device), move=True)
+            _move(b, device, dtype)
         return self
+
+    def float(self) -> Module:
+        return self.to(dtypes.float32)
+
+    def double(self) -> Module:
+        return self.to(dtypes.float64)
+
+    def half(self) -> Module:
+        return self.to(np.float16)  # refused with the Tensor level's message: no float16
 
     # ---- display ----------------------------------------------------------------
     def extra_repr(self) -> str:

@@ -33,6 +33,7 @@ from ..tensor.expr import RVALUE, new_epoch, sqrt
 from ..tensor.layout import contiguous
 from ..tensor.storage import Storage
 from ..tensor.tensor import Tensor, array_view
+from . import utils
 from .module import GroupList, structure_changed
 
 
@@ -529,16 +530,9 @@ class Adadelta(Optimizer):
 
 
 def clip_grad_norm_(params, max_norm: float, eps: float = 1e-6) -> float:
-    """Scale gradients so their global L2 norm is at most ``max_norm``; returns the norm."""
-    if isinstance(params, Node):  # one tensor, as torch allows (iterating it gives rows)
-        params = [params]
-    grads = [p.grad.value for p in params if p.grad is not None]
-    total = math.sqrt(sum(float((g * g).sum().item()) for g in grads))
-    if total > max_norm:
-        scale = max_norm / (total + eps)
-        for g in grads:
-            g *= scale
-    return total
+    """Scale gradients so their global L2 norm is at most ``max_norm``; returns the norm
+    (``nn.utils.clip_grad_norm_``, PyTorch's, returns it as a tensor)."""
+    return float(utils.clip_grad_norm_(params, max_norm, eps=eps))
 
 
 # ---- learning-rate schedules -------------------------------------------------------
