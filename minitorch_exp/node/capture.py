@@ -25,20 +25,31 @@ arguments, the values of the others, grad mode, the CPU evaluator):
 
 So ``fn``'s Python runs twice per signature. What follows from that:
 
-* whatever else it does (printing, appending to lists) happens only then, and
-  whatever else it depends on (a module's ``train()``/``eval()`` mode, a flag)
-  is frozen: call ``reset()`` after changing it;
-* a change of structure since then makes the next call start again from a
-  warm-up: a Module, Parameter or tensor set, replaced or deleted as an
+* whatever else it does (printing, appending to lists) happens only then;
+* the ``training`` flag of each Module it reads (``Watched``) keys the recording
+  too: after ``eval()`` the next calls warm up and record again for that mode, and
+  ``train()`` brings back the replays of the train-mode recording. A flag ``fn``
+  sets itself (``model.train()`` inside it) is no dependency; replays set it again;
+* a change of structure or settings since then makes the next call start again
+  from a warm-up: a Module, Parameter or tensor set, replaced or deleted as an
   attribute of any Module, or in a list or dict kept on one (``model.layers[-1]
-  = nn.Linear(...)``), and an optimizer's ``param_groups`` replaced or added to.
-  nn counts such changes (``nn.module.structure_version``) and registers the
-  count here (``register_structure_source``). Any change counts, in any model
-  (building a Module is one): build models before the loop. Not seen: another
-  object bound to a name ``fn`` reads (a global, a closure; unless building
-  it counted), a group's ``params`` list changed in place, a list or dict
-  nested in another, or one that held no Module or tensor when set and was
-  not empty;
+  = nn.Linear(...)``), any other attribute of a Module given a different value
+  (``dropout.p = 0.1``, ``bn.momentum = 0.01``), and an optimizer's
+  ``param_groups`` replaced or added to. nn counts such changes
+  (``nn.module.structure_version``) and registers the count here
+  (``register_structure_source``). Any change counts, in any model (building a
+  Module is one): build models before the loop. Not seen: another object bound
+  to a name ``fn`` reads (a global, a closure; unless building it counted), a
+  flag or setting kept outside Modules (a global, a config object, an attribute
+  of the function), a group's ``params`` list changed in place, a list or dict
+  nested in another, or one that held no Module or tensor when set and was not
+  empty. After changing one of those, call ``reset()``;
+* checks on data values are host ops, which every replay repeats where the eager
+  call makes them: a class target outside ``[0, C)`` raises cross-entropy's
+  ``ValueError`` before the backward and the optimizer's step run, so they write
+  nothing (what the forward wrote before it, BatchNorm's running statistics, is
+  written as eagerly). Ops whose checks or indices need values read on the host
+  (``embedding``, indexing by a tensor) raise ``CaptureError`` when recorded;
 * reading values inside it raises ``CaptureError``; each call returns new
   detached copies of the tensors ``fn`` returned, to read outside;
 * a parameter that receives a gradient and was given a new value object since
@@ -55,7 +66,8 @@ So ``fn``'s Python runs twice per signature. What follows from that:
   at a time;
 * ``opt.step()`` inside is replayed as itself: each replay runs the
   optimizer's step eagerly (its Python and its kernels) at that point, so a
-  learning rate changed by a schedule and Adam's step count are seen.
+  learning rate changed by a schedule, any other hyperparameter changed in a
+  group (momentum, weight decay, betas, eps) and Adam's step count are seen.
 """
 
 from __future__ import annotations
@@ -63,6 +75,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+from typing import NamedTuple
 
 from ..tensor import capture as _recording
 from ..tensor.backends import cpu_backend
@@ -73,10 +86,12 @@ from .node import Node
 
 
 class _Log(threading.local):
-    """While a captured function runs eagerly in this thread: ``(leaf, fresh)`` for
-    each gradient backward writes into a leaf (``note_grad``); else None."""
+    """While a captured function runs eagerly in this thread: ``grads``, ``(leaf, fresh)``
+    for each gradient backward writes into a leaf (``note_grad``), and ``watched``, what
+    it read and wrote of watched attributes (``Watched``); else None."""
 
     grads: list | None = None
+    watched: _Watched | None = None
 
 
 _log = _Log()
@@ -85,6 +100,64 @@ _log = _Log()
 def grad_log() -> list | None:
     """The calling thread's gradient log (None: no captured function runs eagerly)."""
     return _log.grads
+
+
+# ---- watched attributes: Python values a recording depends on ---------------------------
+
+class Watched:
+    """An attribute whose value a captured step's recording depends on (nn's
+    ``Module.training``): a data descriptor that notes reads and writes while a
+    captured function runs eagerly.
+
+    The values it read key the recording (``train()`` and ``eval()`` each get one,
+    and switching back replays the one made for the mode). A value the function set
+    itself before reading it is no dependency; replays set it again, as a call would.
+    """
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        try:
+            value = obj.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None
+        if _log.watched is not None:
+            _log.watched.first.setdefault((id(obj), self.name), (obj, self.name, value))
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.name] = value
+        if _log.watched is not None:
+            _log.watched.wrote(obj, self.name, value)
+
+
+class _Watched:
+    """What one run read and wrote of watched attributes."""
+
+    def __init__(self):
+        self.first: dict = {}   # (id, name) -> (obj, name, value) read first; None: set first
+        self.writes: dict = {}  # (id, name) -> (obj, name, value) set last
+
+    def wrote(self, obj, name: str, value) -> None:
+        self.first.setdefault((id(obj), name), None)
+        self.writes[(id(obj), name)] = (obj, name, value)
+
+    def reads(self) -> tuple:
+        """``(obj, name, value)`` for each value read before the run set it."""
+        return tuple(read for read in self.first.values() if read is not None)
+
+
+def _holds(reads: tuple) -> bool:
+    """Every watched attribute in ``reads`` still has the value read then."""
+    return all(getattr(obj, name) == value for obj, name, value in reads)
+
+
+def _matching(runs):
+    """The first of ``runs`` (warm-ups or steps) whose reads still hold, else None."""
+    return next((run for run in runs if _holds(run.reads)), None)
 
 
 #: Functions that each return a value that changes whenever a model's structure does
@@ -103,9 +176,10 @@ def structure_version() -> tuple:
     return tuple(source() for source in _STRUCTURE_SOURCES)
 
 
-#: Signatures remembered per captured function. A non-tensor argument is part of the
-#: signature, so one that changes every call (pass it as a tensor instead) makes every
-#: call a warm-up; past this many, the recordings are dropped rather than piled up.
+#: Warm-ups remembered per captured function (one per signature and watched values). A
+#: non-tensor argument is part of the signature, so one that changes every call (pass it
+#: as a tensor instead) makes every call a warm-up; past this many, the recordings are
+#: dropped rather than piled up.
 MAX_SIGNATURES = 64
 
 
@@ -114,11 +188,16 @@ def capture(fn):
     return CapturedFunction(fn)
 
 
+class _WarmUp(NamedTuple):
+    reads: tuple   # the watched values it read (``_Watched.reads``)
+    leaves: list   # the leaves it wrote gradients into
+
+
 class CapturedFunction:
     def __init__(self, fn):
         self.fn = fn
-        self._warm: dict = {}   # signature -> the leaves its warm-up wrote gradients into
-        self._steps: dict = {}  # signature -> _Step
+        self._warm: dict = {}   # signature -> [_WarmUp]
+        self._steps: dict = {}  # signature -> [_Step]
         self._version = None    # structure_version() after the last warm-up or recording
         functools.update_wrapper(self, fn)
 
@@ -128,32 +207,35 @@ class CapturedFunction:
         if structure_version() != self._version:  # a model changed: start again
             self.reset()
         key = _signature(args)
-        step = self._steps.get(key)
-        if step is not None and not step.stale():
-            if step.can_replay():
-                return step.replay(args)
-            with _as_replayed():  # a gradient to add to: eager, as promised
-                return _detached(self.fn(*args))
-        leaves = self._warm.get(key)
-        if leaves is None:
+        steps = self._steps.setdefault(key, [])
+        step = _matching(steps)
+        if step is not None:
+            if not step.stale():
+                if step.can_replay():
+                    return step.replay(args)
+                with _as_replayed():  # a gradient to add to: eager, as promised
+                    return _detached(self.fn(*args))
+            steps.remove(step)
+        warm = _matching(self._warm.get(key, ()))
+        if warm is None:
             return self._warm_up(key, args)
-        self._steps[key] = step = _Step.record(self.fn, args, leaves)
+        steps.append(step := _Step.record(self.fn, args, warm.leaves))
         self._version = structure_version()
         return step.results()
 
     def _warm_up(self, key, args):
-        if len(self._warm) >= MAX_SIGNATURES:  # bounded, whatever the arguments
+        if sum(map(len, self._warm.values())) >= MAX_SIGNATURES:  # bounded, whatever happens
             self.reset()
-        with _logging_grads() as log, _as_replayed():
+        with _logging() as (log, watched), _as_replayed():
             out = self.fn(*args)
-        self._warm[key] = _leaves(log)
+        self._warm.setdefault(key, []).append(_WarmUp(watched.reads(), _leaves(log)))
         self._version = structure_version()  # as the run left it (it may build parts)
         return _detached(out)
 
     @property
     def recordings(self) -> list:
-        """The ``Recording`` (kernel calls) of each signature recorded so far."""
-        return [step.recording for step in self._steps.values()]
+        """The ``Recording`` (kernel calls) of each signature and mode recorded so far."""
+        return [step.recording for steps in self._steps.values() for step in steps]
 
     def reset(self) -> None:
         """Forget every recording (the next calls warm up and record again)."""
@@ -175,25 +257,28 @@ def _leaves(log: list) -> list:
 
 
 @contextlib.contextmanager
-def _logging_grads():
-    _log.grads = log = []
+def _logging():
+    """Log the gradients and watched attributes the run in the block touches."""
+    _log.grads, _log.watched = log, watched = [], _Watched()
     try:
-        yield log
+        yield log, watched
     finally:
-        _log.grads = None
+        _log.grads = _log.watched = None
 
 
 class _Step:
     """One signature's recording: its kernels, inputs, outputs and the gradients set.
 
-    ``structure`` is the nesting of ``fn``'s results (``_flatten``), not the model's.
+    ``structure`` is the nesting of ``fn``'s results (``_flatten``), not the model's;
+    ``reads`` and ``writes``, the watched attributes it read and set (``Watched``).
     """
 
-    def __init__(self, recording, inputs, outputs, structure, grads, self_cleared):
+    def __init__(self, recording, inputs, outputs, structure, grads, self_cleared, watched):
         self.recording, self.inputs, self.outputs = recording, inputs, outputs
         self.structure, self.grads = structure, grads
         self.values = [(leaf, leaf._value) for leaf, _ in grads]
         self.self_cleared = self_cleared  # ids of leaves whose .grad fn clears itself
+        self.reads, self.writes = watched.reads(), tuple(watched.writes.values())
 
     @classmethod
     def record(cls, fn, args, warm_leaves) -> _Step:
@@ -201,7 +286,7 @@ class _Step:
         held_grad = {id(leaf) for leaf in warm_leaves if leaf.grad is not None}
         call_args = [a if t is None else Node(t) if isinstance(a, Node) else t
                      for a, t in zip(args, inputs)]
-        with _logging_grads() as log, _recording.recording() as rec:
+        with _logging() as (log, watched), _recording.recording() as rec:
             outputs, structure = _flatten(fn(*call_args))
         if not all(fresh for _, fresh in log):
             raise CaptureError(
@@ -210,7 +295,7 @@ class _Step:
                 "it (or before it)")
         leaves = _leaves(log)
         return cls(rec, inputs, outputs, structure, [(leaf, leaf.grad) for leaf in leaves],
-                   {id(leaf) for leaf in leaves if id(leaf) in held_grad})
+                   {id(leaf) for leaf in leaves if id(leaf) in held_grad}, watched)
 
     def stale(self) -> bool:
         """A parameter that received a gradient was given a new value since recording."""
@@ -224,6 +309,8 @@ class _Step:
         for a, t in zip(args, self.inputs):
             if t is not None:
                 t.array[...] = _tensor_of(a).array
+        for obj, name, value in self.writes:
+            object.__setattr__(obj, name, value)  # through Watched, noted by an outer log
         self.recording.replay()
         for leaf, grad in self.grads:
             leaf.grad = grad

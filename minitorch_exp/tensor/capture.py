@@ -16,7 +16,10 @@ read back to the host. Two rules keep that honest while recording:
   be frozen into every replay;
 * host-side work that must happen on every run (drawing random numbers, a
   NumPy scatter-add, an optimizer step whose learning rate and step count
-  change) goes through ``host_op``, which runs it and records it.
+  change, a check of data values that raises, as cross-entropy's of its
+  targets) goes through ``host_op``, which runs it and records it. A replay
+  runs each where it was recorded, so a check raises before the kernels
+  recorded after it write anything.
 
 Recording belongs to a thread: ``recording()`` collects the kernels the thread
 that entered it launches, and another thread running meanwhile neither

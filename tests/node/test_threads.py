@@ -199,7 +199,7 @@ def test_gradient_log_of_one_thread_does_not_see_anothers_backward():
     inside, ran = threading.Event(), threading.Event()
 
     def a():
-        with node_capture._logging_grads() as log:
+        with node_capture._logging() as (log, _):
             inside.set()
             waiting(ran)
         return len(log)
