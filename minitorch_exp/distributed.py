@@ -48,6 +48,8 @@ The MPI library itself can come from the package index: ``pip install
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import sys
 import time
@@ -57,16 +59,16 @@ from typing import NamedTuple
 import numpy as np
 
 from .node.node import Node
-from .tensor import capture
+from .tensor import capture, environment
 from .tensor.creation import new_empty
 from .tensor.storage import Storage
 from .tensor.tensor import Tensor
 
 __all__ = [
-    "DistributedError", "ReduceOp", "SharedBuffer", "World", "abort", "all_gather",
-    "all_reduce", "barrier", "broadcast", "comm", "get_rank", "get_world_size", "init",
-    "is_initialized", "is_main_process", "launched", "local_rank", "shared_buffer",
-    "shared_memory_usable",
+    "DistributedError", "ReduceOp", "SharedBuffer", "Signature", "World", "abort",
+    "all_gather", "all_reduce", "barrier", "broadcast", "broadcast_many", "comm",
+    "get_rank", "get_world_size", "init", "is_initialized", "is_main_process", "launched",
+    "local_rank", "shared_buffer", "shared_memory_usable", "signature",
 ]
 
 #: Environment variables an MPI launcher sets in the processes it starts: MPICH and
@@ -151,8 +153,8 @@ def init(comm=None, abort_on_error: bool = True, timeout: float | None = None) -
     the job (default ``$MINITORCH_DIST_TIMEOUT``, else no limit). With a limit the
     collectives are non-blocking MPI calls polled until done, which costs a little.
     """
-    if timeout is None and os.environ.get("MINITORCH_DIST_TIMEOUT"):
-        timeout = float(os.environ["MINITORCH_DIST_TIMEOUT"])
+    if timeout is None:
+        timeout = environment.seconds("MINITORCH_DIST_TIMEOUT")
     if timeout is not None:
         _state.timeout = float(timeout)
     if _state.comm is not None and comm is None:
@@ -258,8 +260,10 @@ def barrier() -> None:
 def all_reduce(tensor, op: str = ReduceOp.SUM):
     """Reduce ``tensor`` over every process, in place; returns ``tensor``.
 
-    ``op``: ``"sum"``, ``"avg"`` (floating tensors), ``"prod"``, ``"max"``, ``"min"``.
-    Every process passes a tensor of the same shape and dtype.
+    ``op``: ``"sum"``, ``"avg"`` (floating tensors), ``"prod"``, ``"max"``, ``"min"``;
+    on bool tensors ``sum`` and ``max`` are a logical or, ``prod`` and ``min`` a
+    logical and (as PyTorch's gloo). Every process passes a tensor of the same shape
+    and dtype: else a DistributedError on every rank says what differs (``Signature``).
     """
     comm = _state.comm
     if comm is None:
@@ -267,7 +271,8 @@ def all_reduce(tensor, op: str = ReduceOp.SUM):
     if op == ReduceOp.SUM and _state.timeout is None:  # the common case, kept short
         value = tensor.value if isinstance(tensor, Node) else tensor
         array = _cpu_contiguous(value)
-        if array is not None:
+        if array is not None and array.dtype.kind in "fiu":
+            signature("all_reduce(sum)", ((THE_TENSOR, array.shape, array.dtype),)).agree()
             mpi = _state.mpi
             if value is array:  # a NumPy array: nothing to announce
                 comm.Allreduce(mpi.IN_PLACE, array, op=mpi.SUM)
@@ -280,29 +285,37 @@ def all_reduce(tensor, op: str = ReduceOp.SUM):
             return tensor
     op = _check_op(op)
     target = _Target(tensor)
-    if target.size == 0:
-        return tensor
-    if op == ReduceOp.AVG and target.dtype.kind != "f":
-        raise DistributedError(f"all_reduce op 'avg' needs a floating tensor, got "
-                               f"{target.dtype}")
-    target.write(lambda: reduce_buffer(target.buffer, op))
+    signature(f"all_reduce({op})", ((THE_TENSOR, target.shape, target.dtype),)).agree()
+    _check_reduction(op, target.dtype)
+    if target.size:
+        target.write(lambda: reduce_buffer(target.buffer, op))
     return tensor
 
 
 def broadcast(tensor, src: int = 0):
     """Copy ``src``'s ``tensor`` into every other process's ``tensor``, in place."""
+    broadcast_many([(THE_TENSOR, tensor)], src)
+    return tensor
+
+
+def broadcast_many(named, src: int = 0, what: str | None = None) -> None:
+    """Copy ``src``'s tensors into every other process's, in place: ``named`` is a list
+    of ``(name, tensor)``, checked together first (one ``Signature``, ``what`` naming the
+    call in its error) and then broadcast one by one."""
     _need_init()
     if not 0 <= src < _state.size:
         raise DistributedError(f"broadcast: src {src} is not a rank of this job of "
                                f"{_state.size}")
-    target = _Target(tensor)
-    if target.size == 0:
-        return tensor
-    if target.cuda:
-        target.write(lambda: _nccl(target.buffer).broadcast(target.buffer, src))
-    else:
-        target.write(lambda: _bcast(target.buffer, src))
-    return tensor
+    targets = [(name, _Target(t)) for name, t in named]
+    signature(what or f"broadcast(src={src})",
+              tuple((name, t.shape, t.dtype) for name, t in targets)).agree()
+    for _, target in targets:
+        if target.size == 0:
+            continue
+        if target.cuda:
+            target.write(functools.partial(_nccl(target.buffer).broadcast, target.buffer, src))
+        else:
+            target.write(functools.partial(_bcast, target.buffer, src))
 
 
 def all_gather(tensor, out=None):
@@ -311,6 +324,7 @@ def all_gather(tensor, out=None):
     ``out`` (same kind, that shape, contiguous) is written instead of a new one."""
     _need_init()
     source = _Target(tensor, read_only=True)
+    signature("all_gather", ((THE_TENSOR, source.shape, source.dtype),)).agree()
     shape = (_state.size, *source.shape)
     if out is None:
         out = _new_like(tensor, shape, source)
@@ -326,6 +340,8 @@ def all_gather(tensor, out=None):
 
 
 _MPI_OPS = {"sum": "SUM", "avg": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
+#: On bool tensors (which MPI's SUM, MAX, ... refuse) as PyTorch's gloo reduces them.
+_BOOL_OPS = {"sum": "LOR", "max": "LOR", "prod": "LAND", "min": "LAND"}
 
 
 def _check_op(op) -> str:
@@ -338,6 +354,22 @@ def _check_op(op) -> str:
     return op
 
 
+def _check_reduction(op: str, dtype) -> None:
+    """A DistributedError unless ``op`` is defined on ``dtype`` (called after the ranks
+    agreed on the dtype, so every rank raises alike)."""
+    problem = None
+    if op == ReduceOp.AVG and dtype.kind != "f":
+        problem = "needs a floating tensor"
+    elif dtype.kind not in "biufc" or (dtype.kind == "c" and op in ("max", "min")):
+        problem = "is not defined"
+    if problem:
+        raise DistributedError(f"all_reduce({op}) {problem}: the tensor is {dtype}")
+
+
+def _mpi_op(op: str, dtype):
+    return getattr(_state.mpi, (_BOOL_OPS if dtype.kind == "b" else _MPI_OPS)[op])
+
+
 def reduce_buffer(buffer, op: str = ReduceOp.SUM) -> None:
     """All-reduce a contiguous array in place: a NumPy array over MPI, a CuPy array
     over NCCL (``avg``: the sum, then scaled by ``1 / world_size``). The one call
@@ -346,7 +378,7 @@ def reduce_buffer(buffer, op: str = ReduceOp.SUM) -> None:
     if not isinstance(buffer, np.ndarray):
         _nccl(buffer).all_reduce(buffer, op)
         return
-    mpi_op = getattr(_state.mpi, _MPI_OPS[op])
+    mpi_op = _mpi_op(op, buffer.dtype)
     if _state.timeout is None:
         _state.comm.Allreduce(_state.mpi.IN_PLACE, buffer, op=mpi_op)
     else:
@@ -362,11 +394,11 @@ def _bcast(buffer, src: int) -> None:
         _wait(_state.comm.Ibcast(buffer, root=src), "broadcast")
 
 
-def _allgather(source, out) -> None:
+def _allgather(source, out, what: str = "all_gather") -> None:
     if _state.timeout is None:
         _state.comm.Allgather(source, out)
     else:
-        _wait(_state.comm.Iallgather(source, out), "all_gather")
+        _wait(_state.comm.Iallgather(source, out), what)
 
 
 def _wait(request, what: str) -> None:
@@ -383,6 +415,91 @@ def _wait(request, what: str) -> None:
             abort(124)
         time.sleep(pause)
         pause = min(2 * pause or 1e-5, 1e-3)
+
+
+# ---- every rank passes the same tensors ---------------------------------------------------
+
+#: The name a collective's one tensor has in its error.
+THE_TENSOR = "the tensor"
+
+
+class Signature:
+    """What one rank passes to a collective: ``what`` (the call, as ``"all_reduce(sum)"``)
+    and ``(name, shape, dtype)`` per tensor. ``agree()`` compares it over the ranks
+    before the data moves: MPI itself checks only byte counts, so a float64 (2,) on one
+    rank and a float32 (4,) on another would be summed as garbage without it."""
+
+    def __init__(self, what: str, items):
+        self.what = what
+        self.items = tuple((name, tuple(shape), np.dtype(dtype)) for name, shape, dtype in items)
+        text = repr((what, [(name, shape, dtype.str) for name, shape, dtype in self.items]))
+        digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+        self.digest = np.frombuffer(digest, np.int64).copy()
+
+    def agree(self) -> None:
+        """Collective: return when every rank's signature equals this one, else raise a
+        DistributedError on every rank naming the tensor, the ranks and what each
+        passed. One ``Allgather`` of 8 bytes per rank; the signatures themselves are
+        gathered only to write the error."""
+        if _state.size == 1:
+            return
+        everyone = np.empty(_state.size, np.int64)
+        _allgather(self.digest, everyone, self.what)
+        if (everyone != everyone[0]).any():
+            calls = _state.comm.allgather((self.what, self.items))
+            raise DistributedError(_difference(calls))
+
+
+@functools.lru_cache(maxsize=1024)
+def signature(what: str, items: tuple) -> Signature:
+    """The ``Signature`` of ``what`` on ``items`` (hashable), made once (hashed once)."""
+    return Signature(what, items)
+
+
+def _difference(calls) -> str:
+    """What differs first between the ranks' ``(what, items)`` (in rank order)."""
+    hint = ("every rank must make the same collective calls, in the same order, with "
+            "tensors of the same shapes and dtypes")
+    if len({what for what, _ in calls}) > 1:
+        return f"the ranks called different collectives: {_by_rank(calls, _call)}; {hint}"
+    what = calls[0][0]
+    common = min(len(items) for _, items in calls)
+    for i, item in enumerate(calls[0][1][:common]):
+        if any(c[1][i] != item for c in calls):
+            named = len({c[1][i][0] for c in calls}) > 1
+            found = _by_rank(calls, lambda call: _item(call[1][i], named))  # noqa: B023
+            return f"{what}: {item[0]} differs across ranks: {found}; {hint}"
+    counts = _by_rank(calls, lambda call: f"{len(call[1])} tensors")
+    return f"{what}: the ranks pass different numbers of tensors: {counts}; {hint}"
+
+
+def _item(item, named: bool = False) -> str:
+    name, shape, dtype = item
+    return f"{name} {shape} {dtype}" if named else f"{shape} {dtype}"
+
+
+def _call(call) -> str:
+    what, items = call
+    return f"{what} of {_item(items[0])}" if len(items) == 1 else f"{what} of {len(items)} tensors"
+
+
+def _by_rank(calls, describe) -> str:
+    """``rank 0: X; ranks 1..3: Y``: the ranks grouped by ``describe(call)``."""
+    groups: dict[str, list[int]] = {}
+    for rank, call in enumerate(calls):
+        groups.setdefault(describe(call), []).append(rank)
+    return "; ".join(f"{_ranks(ranks)}: {text}" for text, ranks in groups.items())
+
+
+def _ranks(ranks: list[int]) -> str:
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    text = ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in runs)
+    return ("rank " if len(ranks) == 1 else "ranks ") + text
 
 
 class _Target:
@@ -492,7 +609,7 @@ def shared_memory_usable() -> bool:
     every rank on this machine, and not turned off by ``$MINITORCH_DIST_SHARED=0``.
     Collective the first time (it splits the communicator by machine)."""
     comm = _need_init()
-    if _state.size == 1 or os.environ.get(SHARED_VARIABLE, "1").strip() in ("0", "false", "no"):
+    if _state.size == 1 or not environment.switch(SHARED_VARIABLE, True):
         return False
     return _node_comm(comm).Get_size() == _state.size
 

@@ -81,9 +81,15 @@ __all__ = ["DistributedDataParallel"]
 class DistributedDataParallel(Module):
     """Data-parallel training of ``module`` over the ranks of an MPI job.
 
-    ``broadcast_parameters``: copy rank 0's parameters to every rank now (needed
-    unless every rank built the same weights from the same seed). With one
-    process (no launcher, or ``mpiexec -n 1``) it is ``module`` unchanged.
+    ``broadcast_parameters``: copy rank 0's parameters (and buffers, with
+    ``broadcast_buffers``) to every rank now (needed unless every rank built the
+    same weights from the same seed). ``broadcast_buffers``: each forward that
+    averages gradients first copies rank 0's buffers (BatchNorm's running
+    statistics) to every rank, as PyTorch's DDP does, so they cannot drift apart.
+    Either way the ranks' parameters and buffers must have the same names, shapes
+    and dtypes: else wrapping raises a DistributedError on every rank naming the
+    first that differs. With one process (no launcher, or ``mpiexec -n 1``) it is
+    ``module`` unchanged.
     ``shared_memory``: average through memory the ranks share when they are all
     on this machine (and ``$MINITORCH_DIST_SHARED`` is not 0); False: always
     ``Allreduce``. Make the optimizer after wrapping: its gradient buffer then
@@ -91,7 +97,7 @@ class DistributedDataParallel(Module):
     """
 
     def __init__(self, module: Module, broadcast_parameters: bool = True,
-                 shared_memory: bool = True):
+                 shared_memory: bool = True, broadcast_buffers: bool = True):
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel wraps a Module, got "
@@ -100,12 +106,30 @@ class DistributedDataParallel(Module):
         self.module = module
         object.__setattr__(self, "_sync", _GradientSync(self))  # not a part of the model
         object.__setattr__(self, "_enabled", True)
-        if broadcast_parameters and dist.get_world_size() > 1:
-            with no_grad():
-                for p in module.parameters():
-                    dist.broadcast(p.value, src=0)
+        self.broadcast_buffers = broadcast_buffers
+        if dist.get_world_size() > 1:
+            self._start_in_sync(broadcast_parameters)
         if shared_memory and dist.get_world_size() > 1:
             self._sync.shared = _SharedGradients.make(self._sync.trainable())
+
+    def _start_in_sync(self, broadcast: bool) -> None:
+        """Collective: the ranks' models agree (names, shapes, dtypes); with ``broadcast``
+        rank 0's parameters and synced buffers are copied to the others."""
+        state = [(f"parameter '{n}'", p) for n, p in self.module.named_parameters()]
+        buffers = [(f"buffer '{n}'", b) for n, b in self.module.named_buffers()]
+        what = "DistributedDataParallel: the wrapped model (build the same one on every rank)"
+        if not broadcast:
+            dist.signature(what, tuple((n, t.shape, t.dtype) for n, t in state + buffers)).agree()
+            return
+        with no_grad():
+            dist.broadcast_many(state + buffers if self.broadcast_buffers else state, 0, what)
+
+    def _sync_buffers(self) -> None:
+        """Rank 0's buffers everywhere (one check, then a broadcast per buffer)."""
+        buffers = [(f"buffer '{n}'", b) for n, b in self.module.named_buffers()]
+        if buffers:
+            with no_grad():
+                dist.broadcast_many(buffers, 0, "DistributedDataParallel: rank 0's buffers")
 
     @property
     def shared_memory(self) -> bool:
@@ -121,10 +145,11 @@ class DistributedDataParallel(Module):
         return dist.get_world_size()
 
     def forward(self, *args, **kwargs):
-        out = self.module(*args, **kwargs)
         if not self._enabled or not is_grad_enabled() or dist.get_world_size() == 1:
-            return out
-        return self._sync.attach(out)
+            return self.module(*args, **kwargs)
+        if self.broadcast_buffers:
+            self._sync_buffers()
+        return self._sync.attach(self.module(*args, **kwargs))
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -152,7 +177,7 @@ class DistributedDataParallel(Module):
         return all(s == gathered[0] for s in gathered)
 
     def extra_repr(self) -> str:
-        return f"world_size={dist.get_world_size()}"
+        return f"world_size={dist.get_world_size()}, broadcast_buffers={self.broadcast_buffers}"
 
 
 class _SyncPoint(Function):
@@ -235,7 +260,9 @@ class _GradientSync:
             return
         plan = self.plan
         if plan is None or not plan.serves(grads):
-            plan = self.plan = _Plan(params, grads, self.shared)
+            names = {id(p): n for n, p in self.ddp.module.named_parameters()}
+            plan = self.plan = _Plan(params, grads, self.shared, names)
+        plan.signature.agree()
         dist.host_write(plan.run, [g.storage for g in grads])
 
 
@@ -255,15 +282,28 @@ class _Plan:
     (the shared buffers' averages in order, then the Allreduces) are the same on
     every rank, as the gradients' places and shapes are."""
 
-    def __init__(self, params: list[Node], grads: list[Tensor], shared):
+    def __init__(self, params: list[Node], grads: list[Tensor], shared, names: dict):
         self.datas = [g.storage.data for g in grads]
         self.layouts = [g.layout for g in grads]
         self.shared, rest = shared.plan(params, grads) if shared is not None else ([], grads)
         self.rest = _AllreducePlan(rest) if rest else None
+        self.signature = self._signature(params, grads, names)
         self.fast = None
         if len(self.shared) == 1 and self.rest is None and not self.shared[0][2]:
             buffer, runs, _ = self.shared[0]
             self.fast = (buffer.average, runs)
+
+    def _signature(self, params, grads, names) -> dist.Signature:
+        """The gradients (named by their parameters) and the collectives that average
+        them: what every rank's plan must agree on before each average."""
+        items = [(f"the gradient of '{names.get(id(p), '?')}'", g.shape, g.dtype)
+                 for p, g in zip(params, grads)]
+        items += [("the shared-memory average", tuple(map(tuple, runs)), buffer.dtype)
+                  for buffer, runs, _ in self.shared]
+        if self.rest is not None:
+            items += [("an Allreduce", (len(array),), array.dtype)
+                      for array in self.rest.buffers()]
+        return dist.Signature("DistributedDataParallel: the gradient average", items)
 
     def serves(self, grads) -> bool:
         """The same gradient memory as when this plan was made."""
@@ -451,6 +491,10 @@ class _AllreducePlan:
             array = self.in_place[0]
             self.fast = (dist.comm(), mpi.IN_PLACE, mpi.SUM, array,
                          array.dtype.type(1.0 / dist.get_world_size()))
+
+    def buffers(self) -> list:
+        """The arrays ``run`` reduces, in order."""
+        return self.in_place + [staging for staging, _ in self.packs]
 
     def run(self) -> None:
         if self.fast is not None:  # one CPU buffer, no timeout: the shortest path

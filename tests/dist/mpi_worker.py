@@ -10,6 +10,7 @@ passes prints ``PASS <case> rank <r>`` on every rank.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -182,6 +183,84 @@ def sampler(device: str) -> None:
         for (mine,), (whole,) in zip(ours, single):
             together = dist.all_gather(mine.numpy()).reshape(-1)
             assert sorted(together.tolist()) == sorted(whole.numpy().tolist()), epoch
+
+
+def expect_error(call, *fragments: str) -> str:
+    """``call()`` raises a DistributedError whose message holds every fragment."""
+    try:
+        call()
+    except dist.DistributedError as err:
+        message = str(err)
+    else:
+        raise AssertionError(f"no error; expected one saying {fragments}")
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    return message
+
+
+@case
+def mismatched_collectives(device: str) -> None:
+    """Tensors that differ between the ranks (same bytes or not), or calls that differ:
+    the same clear error on every rank, naming the ranks and both signatures; the job
+    goes on afterwards with correct results."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    last = size - 1
+
+    def rank_tensor(first, others):
+        shape, dtype = first if rank == 0 else others
+        return mt.ones(*shape, dtype=dtype, device=device)
+
+    cases = [  # (rank 0's shape, dtype), the others', and the signatures in the message
+        (((2,), mt.float64), ((4,), mt.float32), "(2,) float64", "(4,) float32"),
+        (((4,), mt.float32), ((5,), mt.float32), "(4,) float32", "(5,) float32"),
+        (((2, 3), mt.float32), ((3, 2), mt.float32), "(2, 3) float32", "(3, 2) float32"),
+        (((3,), mt.int32), ((3,), mt.float32), "(3,) int32", "(3,) float32"),
+    ]
+    calls = {"all_reduce(sum)": dist.all_reduce,
+             "all_reduce(max)": lambda t: dist.all_reduce(t, "max"),
+             "broadcast(src=0)": dist.broadcast, "all_gather": dist.all_gather}
+    for first, others, sig0, sig1 in cases:
+        for label, call in calls.items():
+            t = rank_tensor(first, others)
+            others_ranks = f"ranks 1..{last}" if size > 2 else "rank 1"
+            message = expect_error(functools.partial(call, t), label, "differs across ranks",
+                                   "rank 0", others_ranks, sig0, sig1)
+            assert message.count(sig0) == 1, message
+    # the same tensor, different reductions or collectives
+    expect_error(lambda: dist.all_reduce(mt.ones(3), "sum" if rank == 0 else "max"),
+                 "different collectives", "all_reduce(sum)", "all_reduce(max)")
+    expect_error(lambda: (dist.all_reduce if rank == 0 else dist.broadcast)(mt.ones(3)),
+                 "different collectives", "all_reduce(sum)", "broadcast(src=0)")
+    # an empty tensor on one rank only: an error too, not a hang
+    expect_error(lambda: dist.all_reduce(rank_tensor(((0,), mt.float32), ((2,), mt.float32))),
+                 "(0,) float32", "(2,) float32")
+    # NumPy arrays and strided views are checked alike
+    array = np.ones(3 if rank == 0 else 6, np.float32)
+    expect_error(lambda: dist.all_reduce(array), "(3,) float32", "(6,) float32")
+    base = mt.ones(4, 6, device=device)
+    view = base.value[:, 1] if rank == 0 else base.value[1, :]
+    expect_error(lambda: dist.all_reduce(view), "(4,) float32", "(6,) float32")
+    # afterwards every collective still pairs up and gives the right values
+    t = mt.tensor(np.full(3, rank + 1.0, np.float32), device=device)
+    dist.all_reduce(t)
+    np.testing.assert_array_equal(t.numpy(), np.full(3, size * (size + 1) / 2))
+    dist.barrier()
+
+
+@case
+def bool_all_reduce(device: str) -> None:
+    """bool tensors reduce as PyTorch's gloo does: sum and max are a logical or, prod and
+    min a logical and; avg is refused naming the dtype."""
+    rank = dist.get_rank()
+    mine = np.array([True, False, rank == 0, rank == 1])
+    for op, expected in (("sum", [True, False, True, True]), ("max", [True, False, True, True]),
+                         ("min", [True, False, False, False]),
+                         ("prod", [True, False, False, False])):
+        t = mt.tensor(mine, device=device)
+        dist.all_reduce(t, op)
+        assert t.numpy().tolist() == expected, (op, t.numpy())
+    expect_error(lambda: dist.all_reduce(mt.tensor(mine), "avg"), "avg", "bool")
+    dist.barrier()
 
 
 # ---- DistributedDataParallel ------------------------------------------------------------
@@ -370,6 +449,118 @@ def ddp_no_sync_and_errors(device: str) -> None:
             np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6,
                                        err_msg=order)
     dist.barrier()
+
+
+@case
+def ddp_mismatched_models(device: str) -> None:
+    """Models that differ between the ranks: wrapping raises on every rank, naming the
+    parameter, the ranks and both shapes or dtypes (with or without the broadcast), and
+    a parameter changed on one rank after wrapping is named by the gradient average."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    for broadcast in (True, False):
+        wrap = functools.partial(DistributedDataParallel, broadcast_parameters=broadcast)
+        model = nn.Sequential(nn.Linear(3, 4 if rank == 0 else 5), nn.ReLU()).to(device)
+        expect_error(functools.partial(wrap, model), "parameter '0.weight'",
+                     "differs across ranks", "(4, 3) float32", "(5, 3) float32")
+        model = nn.Linear(3, 4, dtype=np.float64 if rank == 0 else np.float32).to(device)
+        expect_error(functools.partial(wrap, model), "'weight'", "(4, 3) float64",
+                     "(4, 3) float32")
+        bn = nn.BatchNorm1d(4 if rank == 0 else 6, affine=False).to(device)
+        expect_error(functools.partial(wrap, bn), "buffer 'running_mean'", "(4,) float32",
+                     "(6,) float32")
+
+    for shared in (True, False):
+        model = make_model(0, device)
+        ddp = DistributedDataParallel(model, shared_memory=shared)
+        if rank == size - 1:  # a parameter replaced on one rank only, after wrapping
+            model[4].bias = nn.Parameter(np.zeros(4, np.float64))
+        x = mt.tensor(rank_data(rank, (3, 12)), device=device)
+        loss = nn.functional.cross_entropy(ddp(x), mt.tensor(np.arange(3) % 4))
+        expect_error(loss.backward, "gradient of '4.bias'", "(4,) float32", "(4,) float64")
+    dist.barrier()
+
+
+def bn_model(device: str):
+    """BatchNorm first: its running statistics depend on the data alone."""
+    mt.manual_seed(0)
+    return nn.Sequential(nn.BatchNorm1d(12), nn.Linear(12, 8), nn.ReLU(),
+                         nn.Linear(8, 4)).to(device)
+
+
+def buffers_by_rank(model) -> list[np.ndarray]:
+    """Each buffer of ``model`` as every rank holds it: shape (size, *buffer.shape)."""
+    return [dist.all_gather(b.numpy()) for b in model.buffers()]
+
+
+@case
+def ddp_broadcast_buffers(device: str) -> None:
+    """With broadcast_buffers (the default) each forward starts from rank 0's buffers
+    (BatchNorm's running statistics), as PyTorch's DDP does: after the same last batch
+    on every rank the ranks hold the same buffers, bit for bit, and they are the buffers
+    of one process that ran rank 0's batches. Without it they drift apart."""
+    rank = dist.get_rank()
+    rng = np.random.default_rng(3)
+    batches = [rng.standard_normal((dist.get_world_size(), 6, 12)).astype(np.float32) * 3
+               for _ in range(4)]
+    same_last = rng.standard_normal((6, 12)).astype(np.float32)
+    labels = mt.tensor(np.arange(6) % 4, device=device)
+    for broadcast in (True, False):
+        for captured in (False, True):
+            model = bn_model(device)
+            ddp = DistributedDataParallel(model, broadcast_buffers=broadcast)
+            opt = nn.optim.SGD(ddp.parameters(), lr=0.1)
+            step = train_step(ddp, opt, captured)
+            for batch in batches:
+                step(mt.tensor(batch[rank], device=device), labels)
+            step(mt.tensor(same_last, device=device), labels)
+            gathered = buffers_by_rank(model)
+            equal = all((g == g[0]).all() for g in gathered)
+            assert equal == broadcast, (broadcast, captured, gathered)
+            if broadcast:  # rank 0's own statistics: those of rank 0's batches alone
+                reference = bn_model(device)
+                for batch in batches:
+                    reference(mt.tensor(batch[0], device=device))
+                reference(mt.tensor(same_last, device=device))
+                for got, want in zip(model.buffers(), reference.buffers()):
+                    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5,
+                                               atol=1e-6)
+    # a forward without gradients (evaluation on rank 0 alone) moves nothing
+    ddp = DistributedDataParallel(bn_model(device))
+    if rank == 0:
+        with mt.no_grad():
+            ddp(mt.tensor(same_last, device=device))
+    dist.barrier()
+
+
+@case
+def ddp_one_step_and_identical_ranks(device: str) -> None:
+    """What README and docs/distributed.md promise: one step equals one process's step on
+    the whole batch within float32 summation order (max |difference| 1e-6), and the
+    ranks hold bit-identical parameters after every step."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    per_rank = 16
+    mt.manual_seed(0)
+    layers = (nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    model = nn.Sequential(*layers).to(device)
+    reference = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(device)
+    reference.load_state_dict(model.state_dict())
+    ddp = DistributedDataParallel(model)
+    opt = nn.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = nn.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    rng = np.random.default_rng(8)
+    for i in range(30):
+        x = rng.standard_normal((size * per_rank, 64)).astype(np.float32)
+        y = rng.integers(0, 10, size * per_rank)
+        part = slice(rank * per_rank, (rank + 1) * per_rank)
+        train_step(ddp, opt, False)(mt.tensor(x[part], device=device),
+                                    mt.tensor(y[part], device=device))
+        assert ddp.parameters_in_sync(), f"the ranks' parameters differ after step {i + 1}"
+        if i == 0:
+            train_step(reference, ref_opt, False)(mt.tensor(x, device=device),
+                                                  mt.tensor(y, device=device))
+            for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+                gap = np.abs(p.numpy() - q.numpy()).max()
+                assert gap <= 1e-6, (name, gap)
 
 
 # ---- averaging through shared memory ---------------------------------------------------

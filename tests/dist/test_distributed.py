@@ -255,6 +255,49 @@ def test_ddp_step_equals_a_single_process_step_on_the_whole_batch(mpi, name):
 
 
 @pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("name", ["mismatched_collectives", "ddp_mismatched_models"])
+def test_tensors_that_differ_across_ranks_are_a_clear_error_on_every_rank(mpi, name, n):
+    """Shapes or dtypes that differ (even with equal byte counts), or different calls: a
+    DistributedError naming the tensor, the ranks and both signatures, on every rank."""
+    run_case(mpi, name, n)
+
+
+def test_the_check_waits_no_longer_than_the_timeout_allows(mpi):
+    run_case(mpi, "mismatched_collectives", 2, "--timeout", "60")
+
+
+def test_bool_all_reduce_is_a_logical_or_and(mpi):
+    run_case(mpi, "bool_all_reduce")
+
+
+@pytest.mark.parametrize("name", ["ddp_broadcast_buffers", "ddp_one_step_and_identical_ranks"])
+def test_ddp_buffers_and_what_is_promised(mpi, name):
+    run_case(mpi, name)
+
+
+def readme_data_parallel_blocks() -> list[str]:
+    """The python blocks of the README's "Data parallel over MPI" section."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_docs import python_blocks
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Data parallel over MPI", 1)[1].split("\n## ", 1)[0]
+    return [(code, skipped) for _, code, skipped in python_blocks(section)]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_readme_data_parallel_block_runs_alone_under_mpiexec(mpi, tmp_path, n):
+    """Pasted alone into a file and started with mpiexec, each block of the section runs
+    (test_docs.py runs it too, as a job of one)."""
+    blocks = readme_data_parallel_blocks()
+    assert blocks and not any(skipped for _, skipped in blocks), blocks
+    for i, (code, _) in enumerate(blocks):
+        script = tmp_path / f"block{i}.py"
+        script.write_text(code)
+        proc = launch(mpi, n, str(script))
+        assert proc.returncode == 0, code + proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("name", ["shared_average", "ddp_shared_matches_allreduce"])
 def test_shared_memory_average_equals_allreduce(mpi, name, n):
     """Bitwise with 2 processes; with 3 (more processes than cores here) within float32
