@@ -23,6 +23,8 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
+from ..tensor import environment
+
 __all__ = ["IDXError", "MNIST", "load_mnist", "read_idx"]
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -194,9 +196,9 @@ MNIST_FILES = {
 def default_roots() -> list[Path]:
     """Directories searched by :func:`load_mnist` when no root is given."""
     roots = []
-    env = os.environ.get("MINITORCH_DATA")
+    env = environment.path("MINITORCH_DATA")
     if env:
-        roots += [Path(env), Path(env) / "mnist"]
+        roots += [env, env / "mnist"]
     roots.append(Path(__file__).resolve().parents[2] / "data" / "mnist")
     roots.append(Path.cwd() / "data" / "mnist")
     return roots

@@ -20,7 +20,7 @@ import contextlib
 import os
 import sys
 
-from . import caches
+from . import caches, environment
 from .backend_contract import Backend
 
 
@@ -66,7 +66,7 @@ def pip_tbb_path() -> str | None:
 
 _default_numba_threading_layer()
 _CPU_BACKENDS: dict[str, object] = {}
-_state = {"cpu": os.environ.get("MINITORCH_CPU_BACKEND", "numba")}
+_state = {"cpu": environment.choice("MINITORCH_CPU_BACKEND", "numba", ("numba", "numpy"))}
 
 
 def _cpu_backend(name: str):

@@ -44,12 +44,11 @@ from __future__ import annotations
 import ctypes
 import itertools
 import math
-import os
 import threading
 
 import numpy as np
 
-from . import load
+from . import environment, load
 
 #: Multiply-adds from which a product is shared between threads: on two idle cores
 #: a (32, 784) @ (784, 256) product (6.4M) takes 0.6x one thread's time in blocks
@@ -71,11 +70,11 @@ SMALL_MIN_TERMS = 128  # the shortest sums of ``x @ W.T`` (``small_tile``)
 SMALL_KERNEL_CPUS = frozenset({"SkylakeX", "Cooperlake", "SapphireRapids"})
 
 
-_env = os.environ.get("MINITORCH_BLAS_PARALLEL_MIN", "").strip()
 #: The sharing bound, the BLAS pool's controller and the ``Gemm`` (False: not looked
 #: up yet; None: there is none); while products run (``running``), the user's count of
 #: BLAS threads (``user_threads``), which the pool is set back to when the last ends.
-_state: dict = {"min": int(_env) if _env else DEFAULT_PARALLEL_MIN, "pool": False,
+_state: dict = {"min": environment.whole_number("MINITORCH_BLAS_PARALLEL_MIN", DEFAULT_PARALLEL_MIN,
+                                                what="multiply-adds"), "pool": False,
                 "gemm": False, "running": 0, "user_threads": 1}
 #: Guards ``running`` and ``user_threads``: products run in several user threads at once.
 _POOL_LOCK = threading.Lock()

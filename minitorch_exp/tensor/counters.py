@@ -12,12 +12,12 @@ generated source (tensor/explain.py prints them).
 from __future__ import annotations
 
 import contextlib
-import os
 
+from . import environment
 from .caches import invalidate
 
 _COUNTS: dict[tuple[str, str], int] = {}
-DEBUG = int(os.environ.get("MINITORCH_DEBUG", "0") or 0)
+DEBUG = environment.whole_number("MINITORCH_DEBUG", 0, what="0: off, 1 to 4: more detail")
 
 
 #: How a kernel runs while DEBUG is on: run it and print it. explain.py hands them over

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
 import threading
 
 import numpy as np
 
-from . import blas
+from . import blas, environment
 from . import layout as L
 from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
@@ -30,7 +29,7 @@ from .ops import OPS
 
 # Elements per block: small enough that a block's intermediates stay in L2, large enough
 # to amortize each ufunc call (the fastest measured, docs/cpu_kernels.md).
-BLOCK = int(os.environ.get("MINITORCH_BLOCK", 1 << 18))
+BLOCK = environment.whole_number("MINITORCH_BLOCK", 1 << 18, least=1, what="elements")
 # Elements from which a one-block program writes its intermediates into the thread's
 # scratch buffers rather than fresh arrays. Fresh ones are cheaper below; above, each
 # call's new arrays are new pages from the allocator (page faults, then trimmed

@@ -25,9 +25,11 @@ from __future__ import annotations
 import os
 import time
 
+from . import environment
+
 #: Seconds one reading of the run queue is trusted.
 CHECK_S = 0.02
-_ENABLED = os.environ.get("MINITORCH_LOAD_AWARE", "1").strip() != "0"
+_ENABLED = environment.switch("MINITORCH_LOAD_AWARE", True)
 _checked_at = -CHECK_S
 _busy = False
 _fd: int | None = None

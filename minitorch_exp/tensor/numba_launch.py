@@ -26,13 +26,12 @@ variant instead (``WhenFree``): the same bits, no waiting for a core.
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 from typing import NamedTuple
 
 import numba
 
-from . import caches, load
+from . import caches, environment, load
 from . import codegen as C
 from . import layout as L
 from .counters import _COUNTS, count
@@ -43,8 +42,8 @@ MAX_DIMS = 4
 # docs/cpu_kernels.md). ``MINITORCH_PARALLEL_MIN`` or ``set_parallel_min`` overrides;
 # None: this layer's, once numba's threads start.
 PARALLEL_MIN_BY_LAYER = {"tbb": 3 << 15, "omp": 3 << 15, "workqueue": 1 << 24}
-_env_parallel_min = os.environ.get("MINITORCH_PARALLEL_MIN")
-PARALLEL_MIN: int | None = int(_env_parallel_min) if _env_parallel_min else None
+PARALLEL_MIN: int | None = environment.whole_number("MINITORCH_PARALLEL_MIN", None,
+                                                    what="elements")
 
 
 def parallel_min() -> int:
