@@ -1,6 +1,6 @@
 """nn: modules, layers, losses, initialisation, optimizers and data loading."""
 
-from . import functional, init, optim, parallel, utils
+from . import functional, init, modules, optim, parallel, utils
 from .containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv1d, Conv2d
 from .data import DataLoader, Dataset, DistributedSampler, TensorDataset
@@ -39,7 +39,7 @@ __all__ = [
     "GELU", "CrossEntropyLoss", "DataLoader", "Dataset", "DistributedSampler", "Dropout",
     "Flatten", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "NLLLoss",
     "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "TensorDataset",
-    "functional", "init", "optim", "parallel", "utils",
+    "functional", "init", "modules", "optim", "parallel", "utils",
     "Identity", "ModuleDict", "ModuleList", "ParameterDict", "ParameterList",
     "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss",
 ]

@@ -16,6 +16,7 @@ import numpy as np
 from ..node.node import Node
 from ..tensor.creation import default_generator
 from ..tensor.tensor import from_array
+from .samplers import BatchSampler
 
 
 class Dataset:
@@ -147,23 +148,30 @@ class DataLoader:
     k``) sees exactly the batches it would have seen.
 
     ``sampler`` (instead of ``shuffle``) gives the indices of each epoch: an
-    iterable of indices with a length, such as a ``DistributedSampler`` (each
-    process its shard). One with ``set_epoch`` is told the loader's ``epoch``
-    before each pass, so resuming with ``loader.epoch = k`` works the same.
+    iterable of indices, such as a ``RandomSampler`` or a ``DistributedSampler``
+    (each process its shard); ``batch_sampler`` gives each batch's indices
+    instead. Either is read as the batches are made, never ahead (nn/samplers.py).
+    One with ``set_epoch`` is told the loader's ``epoch`` before each pass, so
+    resuming with ``loader.epoch = k`` works the same.
     """
 
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False,
                  drop_last: bool = False, seed: int | None = None, device="cpu",
                  sampler=None, collate_fn=None, num_workers: int = 0,
-                 pin_memory: bool = False):
+                 pin_memory: bool = False, batch_sampler=None, **worker_options):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if sampler is not None and shuffle:
             raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle "
                              "(the sampler decides the order: shuffle it there)")
+        if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None
+                                          or drop_last):
+            raise ValueError("DataLoader: batch_sampler option is mutually exclusive with "
+                             "batch_size, shuffle, sampler, and drop_last")
+        _check_worker_options(worker_options)
         self.dataset, self.batch_size = dataset, batch_size
         self.shuffle, self.drop_last = shuffle, drop_last
-        self.sampler = sampler
+        self.sampler, self.batch_sampler = sampler, batch_sampler
         self.seed = np.random.SeedSequence().entropy if seed is None else seed
         self.epoch = 0
         self.device = device
@@ -172,6 +180,8 @@ class DataLoader:
         # gathered in this process (a TensorDataset's by one indexing)
 
     def __len__(self) -> int:
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
         n = len(self.dataset) if self.sampler is None else len(self.sampler)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
@@ -187,11 +197,24 @@ class DataLoader:
             return np.arange(n)
         return np.random.default_rng([self.seed, epoch]).permutation(n)
 
+    def _index_batches(self, epoch: int):
+        """Each batch's indices, drawn from the sampler as they are asked for."""
+        sampler = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        if sampler is None or isinstance(sampler, DistributedSampler):
+            order = self.order(epoch)
+            return (order[b * self.batch_size:(b + 1) * self.batch_size]
+                    for b in range(len(self)))
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        if self.batch_sampler is not None:
+            return iter(sampler)
+        return iter(BatchSampler(sampler, self.batch_size, self.drop_last))
+
     def __iter__(self):
-        order = self.order(self.epoch)
+        batches = self._index_batches(self.epoch)
         self.epoch += 1
-        for b in range(len(self)):
-            idx = order[b * self.batch_size:(b + 1) * self.batch_size]
+        for idx in batches:
+            idx = np.asarray(idx, dtype=np.int64)
             rows = _rows(self.dataset, idx) if self.collate_fn is None else None
             if rows is not None:
                 yield tuple(self._node(part) for part in rows)
@@ -201,6 +224,22 @@ class DataLoader:
 
     def _node(self, part) -> Node:
         return Node(from_array(np.ascontiguousarray(part)).to(self.device))
+
+
+#: PyTorch's DataLoader options for worker processes: accepted, as ``num_workers`` is
+#: (batches are made in this process), when they do not ask for something else.
+_WORKER_OPTIONS = {"timeout": 0, "worker_init_fn": None, "multiprocessing_context": None,
+                   "generator": None, "prefetch_factor": None, "persistent_workers": False,
+                   "pin_memory_device": "", "in_order": True}
+
+
+def _check_worker_options(options: dict) -> None:
+    unknown = sorted(set(options) - set(_WORKER_OPTIONS))
+    if unknown:
+        raise TypeError(f"DataLoader got unexpected keyword arguments {unknown}")
+    if options.get("generator") is not None:
+        raise NotImplementedError("DataLoader(generator=...): pass seed= for shuffle, or a "
+                                  "RandomSampler(dataset, generator=...) as sampler=")
 
 
 class DistributedSampler:

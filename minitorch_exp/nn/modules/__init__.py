@@ -1,0 +1,32 @@
+"""PyTorch's ``torch.nn.modules``: the layers of ``minitorch_exp.nn`` at the paths scripts
+import them from (``from torch.nn.modules.module import Module``), one file per path."""
+
+from . import (
+    activation,
+    batchnorm,
+    container,
+    conv,
+    dropout,
+    flatten,
+    linear,
+    loss,
+    module,
+    normalization,
+    pooling,
+    sparse,
+)
+from .activation import *  # noqa: F403
+from .batchnorm import *  # noqa: F403
+from .container import *  # noqa: F403
+from .conv import *  # noqa: F403
+from .dropout import *  # noqa: F403
+from .flatten import *  # noqa: F403
+from .linear import *  # noqa: F403
+from .loss import *  # noqa: F403
+from .module import *  # noqa: F403
+from .normalization import *  # noqa: F403
+from .pooling import *  # noqa: F403
+from .sparse import *  # noqa: F403
+
+__all__ = [name for m in (activation, batchnorm, container, conv, dropout, flatten, linear,
+                          loss, module, normalization, pooling, sparse) for name in m.__all__]

@@ -1,0 +1,5 @@
+"""PyTorch's ``torch.nn.modules.flatten``."""
+
+from ..layers import Flatten
+
+__all__ = ["Flatten"]

@@ -1,0 +1,5 @@
+"""PyTorch's ``torch.nn.modules.normalization``."""
+
+from ..layers import LayerNorm
+
+__all__ = ["LayerNorm"]

@@ -1,0 +1,5 @@
+"""PyTorch's ``torch.nn.modules.sparse``."""
+
+from ..layers import Embedding
+
+__all__ = ["Embedding"]
