@@ -787,6 +787,16 @@ def clip(x, lo, hi) -> Node:
     return elementwise("clip", x, lo, hi)
 
 
+def round_(x, *, decimals: int = 0) -> Node:
+    """PyTorch's ``round``: halves to even; with ``decimals``, at that many places after
+    the point (before it, when negative) -- scaled, rounded and scaled back, as PyTorch."""
+    if decimals == 0:
+        return elementwise("round", x)
+    if decimals > 0:
+        return elementwise("round", x * 10.0 ** decimals) / 10.0 ** decimals
+    return elementwise("round", x / 10.0 ** -decimals) * 10.0 ** -decimals
+
+
 def op(name: str, *args) -> Node:
     """Apply any registered op by name (user-defined ones too)."""
     return elementwise(name, *args)
@@ -850,8 +860,8 @@ def _where_method(self, condition, other) -> Node:
 
 #: Explicit where a generated form cannot say it: clip's bounds' gradients, and a
 #: method whose ``self`` is not the first operand.
-_EXPLICIT = {"clip": clip}
-_EXPLICIT_METHODS = {"clip": clip, "where": _where_method}
+_EXPLICIT = {"clip": clip, "round": named_function(round_, "round", ("x",), round_.__doc__)}
+_EXPLICIT_METHODS = {"clip": clip, "where": _where_method, "round": _EXPLICIT["round"]}
 _ELEMENTWISE = {op.name: _EXPLICIT.get(op.name) or _function(op)
                 for op in OPS.values() if op.builtin}
 #: ``mt.<name>`` for each built-in row and reduction (exported by api.py), taking

@@ -484,6 +484,53 @@ define_builtin("tan", 1, np.tan, "tan({0})", "math.tan({0})", result="float",
                derivative=_d_tan)
 
 
+def _d_log1p(g, out, a):
+    return (g / (1 + a),)
+
+
+def _d_expm1(g, out, a):
+    return (g * (out + 1),)
+
+
+def _rsqrt(x, out=None):
+    return np.divide(1, np.sqrt(x), out=out)
+
+
+def _d_rsqrt(g, out, a):
+    return (g * -0.5 * out * out * out,)
+
+
+define_builtin("log1p", 1, np.log1p, "log1p({0})", "np.log1p({0})", result="float",
+               derivative=_d_log1p)
+define_builtin("expm1", 1, np.expm1, "expm1({0})", "np.expm1({0})", result="float",
+               derivative=_d_expm1)
+define_builtin("rsqrt", 1, _rsqrt, "rsqrt({0})", "({T}(1) / _sqrt({0}))", result="float",
+               derivative=_d_rsqrt)
+
+
+def _round(x, out=None):
+    """Halves to even (NumPy's and PyTorch's round); integers as they are."""
+    return np.round(x, out=out)
+
+
+def _d_flat(g, out, a):
+    """Rounding is flat almost everywhere: a zero gradient of ``g``'s dtype and shape, as
+    PyTorch's (``g * 0`` would be nan where ``g`` is infinite)."""
+    return (_e(g).where(True, 0.0, g),)
+
+
+# floor, ceil, trunc and round keep an integer as it is (NumPy 2, PyTorch). CUDA has no
+# device floor(int), and rint of an int64 would go through a double: where the compute
+# type {T} is an integer (0.5 converts to 0) the operand is the result; the float branch
+# multiplies by 1.0f, which is exact and keeps -0.0, so that it type-checks for ints too.
+_INTEGER = "({T})0.5 == ({T})0"
+for _name, _numpy, _c in [("floor", np.floor, "floor"), ("ceil", np.ceil, "ceil"),
+                          ("trunc", np.trunc, "trunc"), ("round", _round, "rint")]:
+    define_builtin(_name, 1, _numpy, f"({_INTEGER} ? {{0}} : ({{T}}){_c}({{0}} * 1.0f))",
+                   f"({{0}} if {{T}}(0.5) == 0 else {{T}}(np.{_c}({{0}})))",
+                   derivative=_d_flat)
+
+
 # ---- reductions ------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -590,7 +637,8 @@ _CUDA_TOKEN_RE = re.compile(
 CUDA_FUNCTIONS = frozenset(
     "exp expf log logf log1p log1pf expm1 expm1f sqrt sqrtf rsqrt rsqrtf tanh tanhf sin sinf "
     "cos cosf tan tanf fabs fabsf fmax fmaxf fmin fminf pow powf erf erff erfc erfcf floor "
-    "floorf ceil ceilf round roundf abs min max isnan isinf copysign copysignf".split()
+    "floorf ceil ceilf round roundf rint rintf trunc truncf abs min max isnan isinf copysign "
+    "copysignf".split()
 )
 
 
