@@ -210,9 +210,12 @@ def _check_logits(logits: Node, target, name: str) -> None:
                          f"got {logits.shape} and {shape}")
 
 
-def cross_entropy(logits: Node, target, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Node:
-    """Softmax cross-entropy from logits and integer class targets.
+def cross_entropy(input: Node, target, weight=None, *, ignore_index: int = -100,  # noqa: A002
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Node:
+    """Softmax cross-entropy from logits and integer class targets, as PyTorch's: input
+    (N, C) or (N, C, d1, ...) with target (N,) or (N, d1, ...); ``weight`` (C,) scales
+    each class, ``ignore_index`` targets count for nothing, and 'mean' divides by the
+    summed weights of the targets counted. The arguments after ``weight`` are keywords.
 
     ``loss_i = log(sum_j exp(c_ij)) - sum_j q_ij c_ij`` with ``c = z - max(z)``
     and ``q`` the (smoothed) one-hot target. Shifting by the max first keeps it
@@ -220,9 +223,50 @@ def cross_entropy(logits: Node, target, reduction: str = "mean",
     catastrophically when both are ~1000); the gradient ``softmax(z) - q``
     comes out as one fused expression.
     """
+    logits, target, shape = _class_rows(input, target)
     _check_logits(logits, target, "cross_entropy")
-    q = _one_hot(target, logits.shape[1], logits.dtype, logits.device, label_smoothing)
-    return _reduce(ops.softmax_cross_entropy(logits, q), reduction)
+    n_classes = logits.shape[1]
+    t = target.numpy(writable=False) if isinstance(target, Node) else np.asarray(target)
+    counted = t != ignore_index
+    if weight is None and counted.all():  # the everyday case: one fused Function
+        q = _one_hot(target, n_classes, logits.dtype, logits.device, label_smoothing)
+        loss = ops.softmax_cross_entropy(logits, q)
+        return _reduce(ops.reshape(loss, shape) if reduction == "none" else loss, reduction)
+    return _weighted_cross_entropy(logits, np.where(counted, t, 0), counted, weight,
+                                   shape, reduction, label_smoothing)
+
+
+def _class_rows(input: Node, target):  # noqa: A002
+    """(N, C, d1, ...) logits as rows (N*d1*..., C) with their targets flattened, and the
+    per-sample shape (N, d1, ...) a 'none' reduction gives back."""
+    if input.ndim <= 2:
+        return input, target, tuple(np.shape(target))
+    n_classes = input.shape[1]
+    rows = ops.reshape(ops.permute(input, 0, *range(2, input.ndim), 1), (-1, n_classes))
+    shape = (input.shape[0], *input.shape[2:])
+    flat = ops.reshape(target, -1) if isinstance(target, Node) else np.reshape(target, -1)
+    if tuple(np.shape(target)) != shape:
+        raise ValueError(f"cross_entropy: input of shape {input.shape} needs a target of "
+                         f"shape {shape}, got {tuple(np.shape(target))}")
+    return rows, flat, shape
+
+
+def _weighted_cross_entropy(logits: Node, t: np.ndarray, counted: np.ndarray, weight,
+                            shape: tuple, reduction: str, smoothing: float) -> Node:
+    """``cross_entropy`` with class weights or ignored targets: ``-sum_j q_ij w_j
+    log softmax(z)_ij`` for each counted row (PyTorch's formula, label smoothing
+    included), and 'mean' over the summed ``w[t_i]`` of the counted rows."""
+    n_classes, dtype, device = logits.shape[1], logits.dtype, logits.device
+    _targets(t, n_classes, device)  # integers in range, where not ignored
+    w = np.ones(n_classes) if weight is None else np.asarray(weight.numpy(writable=False)
+                                                             if isinstance(weight, Node)
+                                                             else weight, dtype=np.float64)
+    q = (t.reshape(-1, 1) == np.arange(n_classes)) * (1.0 - smoothing) + smoothing / n_classes
+    qw = Node(from_array((q * w * counted.reshape(-1, 1)).astype(dtype)).to(device))
+    loss = -ops.sum(ops.log_softmax(logits, 1) * qw, 1)
+    if reduction == "mean":
+        return ops.sum(loss) / float((w[t] * counted).sum())
+    return _reduce(ops.reshape(loss, shape) if reduction == "none" else loss, reduction)
 
 
 def nll_loss(log_probs: Node, target, reduction: str = "mean") -> Node:

@@ -7,12 +7,19 @@ from .module import Module
 
 
 class CrossEntropyLoss(Module):
-    def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0):
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean", label_smoothing: float = 0.0):
         super().__init__()
-        self.reduction, self.label_smoothing = reduction, label_smoothing
+        if size_average is not None or reduce is not None:
+            raise TypeError("CrossEntropyLoss: size_average and reduce are deprecated in "
+                            "PyTorch and not supported here; use reduction=")
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing = label_smoothing
+        self.register_buffer("weight", weight)
 
     def forward(self, logits, target):
-        return F.cross_entropy(logits, target, self.reduction, self.label_smoothing)
+        return F.cross_entropy(logits, target, self.weight, ignore_index=self.ignore_index,
+                               reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
 class NLLLoss(Module):

@@ -114,7 +114,7 @@ CASES = [
      lambda tf, x, t: tf.cross_entropy(x, t, reduction="none")),
     ("ce_smooth", lambda x, t: nn.CrossEntropyLoss(label_smoothing=0.15)(x, t),
      lambda tf, x, t: tf.cross_entropy(x, t, label_smoothing=0.15)),
-    ("ce_smooth_sum", lambda x, t: F.cross_entropy(x, t, "sum", 0.3),
+    ("ce_smooth_sum", lambda x, t: F.cross_entropy(x, t, reduction="sum", label_smoothing=0.3),
      lambda tf, x, t: tf.cross_entropy(x, t, reduction="sum", label_smoothing=0.3)),
     ("nll", lambda x, t: nn.NLLLoss()(F.log_softmax(x, 1), t),
      lambda tf, x, t: tf.nll_loss(tf.log_softmax(x, 1), t)),
@@ -191,8 +191,9 @@ def test_extreme_logits_match_torch(device):
 def test_losses_gradcheck(device, reduction):
     t = targets()
     z = mt.tensor(logits(np.float64), requires_grad=True, device=device)
-    assert mt.gradcheck(lambda x: F.cross_entropy(x, t, reduction), [z])
-    assert mt.gradcheck(lambda x: F.cross_entropy(x, t, reduction, 0.2), [z])
+    assert mt.gradcheck(lambda x: F.cross_entropy(x, t, reduction=reduction), [z])
+    assert mt.gradcheck(lambda x: F.cross_entropy(x, t, reduction=reduction,
+                                                  label_smoothing=0.2), [z])
     assert mt.gradcheck(lambda x: F.nll_loss(F.log_softmax(x, 1), t, reduction), [z])
     y = mt.tensor(logits(np.float64), requires_grad=True, device=device)
     assert mt.gradcheck(lambda a, b: F.mse_loss(a, b, reduction), [z, y])
