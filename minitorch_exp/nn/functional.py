@@ -11,6 +11,7 @@ import numpy as np
 
 from ..node import eager, ops
 from ..node.function import Function
+from ..node.masks import constant
 from ..node.node import Node
 from ..tensor import capture
 from ..tensor.creation import arange, rand
@@ -157,31 +158,36 @@ def embedding(input, weight: Node, padding_idx: int | None = None,  # noqa: A002
     return _MaskGrad.apply(out, keep=keep)
 
 
-def _targets(target, n_classes: int, device):
+def _targets(target, n_classes: int, device, ignore_index=None):
     """Integer class targets as a Tensor on ``device``, range-checked by a host op: a
     captured step's replays check each new batch too, before its backward runs."""
     t = target.value if isinstance(target, Node) else from_array(np.asarray(target))
     if t.dtype.kind not in "iu":
         raise TypeError(f"class targets must be integers, got {t.dtype}")
-    capture.host_op(functools.partial(_check_targets, t, n_classes))
+    capture.host_op(functools.partial(_check_targets, t, n_classes, ignore_index))
     return t.to(device)
 
 
-def _check_targets(t, n_classes: int) -> None:
+def _check_targets(t, n_classes: int, ignore_index=None) -> None:
     values = t.numpy(writable=False)
+    if ignore_index is not None and (values == ignore_index).any():
+        raise capture.CaptureError(
+            f"cross_entropy: a target is ignore_index ({ignore_index}) in a captured step, "
+            "whose replays cannot leave rows out; compute this loss outside mt.capture")
     if values.size and (values.min() < 0 or values.max() >= n_classes):
         raise ValueError(f"class targets must be in [0, {n_classes}), got range "
                          f"[{values.min()}, {values.max()}]")
 
 
-def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0):
+def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0,
+             ignore_index=None):
     """The (smoothed) one-hot rows of ``target``, as a lazy expression.
 
     A compare against ``arange(n_classes)`` rather than host-side indexing: it
     fuses into the loss kernels, and a captured step recomputes it for each new
     batch.
     """
-    t = _targets(target, n_classes, device)
+    t = _targets(target, n_classes, device, ignore_index)
     if eager.now((t.shape[0], n_classes), device):  # small: made now, as the ops would be
         q = (t.numpy(writable=False).reshape(-1, 1) == np.arange(n_classes)).astype(dtype)
         return eager.wrap(q * (1.0 - smoothing) + smoothing / n_classes if smoothing else q)
@@ -191,6 +197,23 @@ def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0):
     if smoothing:
         q = q * (1.0 - smoothing) + smoothing / n_classes
     return q
+
+
+def one_hot(tensor, num_classes: int = -1) -> Node:
+    """PyTorch's ``F.one_hot``: int64 of shape ``(*tensor.shape, num_classes)``, 1 at each
+    value's class. ``tensor`` holds int64 classes in ``[0, num_classes)``; -1: the largest
+    value plus one (a read of the values). A compare against a broadcast arange, lazy, so
+    it fuses into what reads it."""
+    t = tensor.value if isinstance(tensor, Node) else from_array(np.asarray(tensor))
+    if t.dtype != np.int64:
+        raise TypeError(f"one_hot: the classes must be int64 (a LongTensor), got {t.dtype}")
+    if num_classes == -1:
+        if not t.numel():
+            raise ValueError("one_hot: cannot infer num_classes from an empty tensor; pass it")
+        num_classes = int(t.numpy(writable=False).max()) + 1
+    t = _targets(t, num_classes, t.device)
+    classes = arange(num_classes, dtype=np.int64, device=t.device)
+    return constant((t.reshape(*t.shape, 1) == classes).astype(np.int64))
 
 
 def _reduce(loss: Node, reduction: str) -> Node:
@@ -225,15 +248,25 @@ def cross_entropy(input: Node, target, weight=None, *, ignore_index: int = -100,
     """
     logits, target, shape = _class_rows(input, target)
     _check_logits(logits, target, "cross_entropy")
-    n_classes = logits.shape[1]
-    t = target.numpy(writable=False) if isinstance(target, Node) else np.asarray(target)
-    counted = t != ignore_index
-    if weight is None and counted.all():  # the everyday case: one fused Function
-        q = _one_hot(target, n_classes, logits.dtype, logits.device, label_smoothing)
+    if weight is None and not _any_ignored(target, ignore_index):  # one fused Function
+        q = _one_hot(target, logits.shape[1], logits.dtype, logits.device, label_smoothing)
         loss = ops.softmax_cross_entropy(logits, q)
-        return _reduce(ops.reshape(loss, shape) if reduction == "none" else loss, reduction)
-    return _weighted_cross_entropy(logits, np.where(counted, t, 0), counted, weight,
-                                   shape, reduction, label_smoothing)
+    else:
+        loss = _weighted_cross_entropy(logits, target, weight, ignore_index, label_smoothing,
+                                       reduction)
+        if reduction == "mean":
+            return loss
+    return _reduce(ops.reshape(loss, shape) if reduction == "none" else loss, reduction)
+
+
+def _any_ignored(target, ignore_index: int) -> bool:
+    """Whether a target is ``ignore_index``, read on the host -- except while a step is
+    captured, where no value may be read: there the range check of each replay refuses
+    an ignored target (pass ``weight=`` to take the path that counts them)."""
+    if capture.is_recording():
+        return False
+    t = target.numpy(writable=False) if isinstance(target, Node) else np.asarray(target)
+    return bool((t == ignore_index).any())
 
 
 def _class_rows(input: Node, target):  # noqa: A002
@@ -251,22 +284,23 @@ def _class_rows(input: Node, target):  # noqa: A002
     return rows, flat, shape
 
 
-def _weighted_cross_entropy(logits: Node, t: np.ndarray, counted: np.ndarray, weight,
-                            shape: tuple, reduction: str, smoothing: float) -> Node:
-    """``cross_entropy`` with class weights or ignored targets: ``-sum_j q_ij w_j
-    log softmax(z)_ij`` for each counted row (PyTorch's formula, label smoothing
-    included), and 'mean' over the summed ``w[t_i]`` of the counted rows."""
+def _weighted_cross_entropy(logits: Node, target, weight, ignore_index: int,
+                            smoothing: float, reduction: str) -> Node:
+    """Per-row ``-sum_j q_ij w_j log softmax(z)_ij`` for counted rows, 0 for ignored ones
+    (PyTorch's formula, label smoothing included); with 'mean', the sum over the summed
+    ``w[t_i]`` of the counted rows. Tensor ops only: nothing is read on the host."""
     n_classes, dtype, device = logits.shape[1], logits.dtype, logits.device
-    _targets(t, n_classes, device)  # integers in range, where not ignored
-    w = np.ones(n_classes) if weight is None else np.asarray(weight.numpy(writable=False)
-                                                             if isinstance(weight, Node)
-                                                             else weight, dtype=np.float64)
-    q = (t.reshape(-1, 1) == np.arange(n_classes)) * (1.0 - smoothing) + smoothing / n_classes
-    qw = Node(from_array((q * w * counted.reshape(-1, 1)).astype(dtype)).to(device))
-    loss = -ops.sum(ops.log_softmax(logits, 1) * qw, 1)
+    t = Node(target.value if isinstance(target, Node) else from_array(np.asarray(target)))
+    counted = ops.unsqueeze(ops.astype(t.to(device) != ignore_index, dtype), 1)
+    safe = ops.where(t != ignore_index, t, 0)
+    w = Node(from_array(np.ones(n_classes, dtype))).to(device) if weight is None \
+        else ops.astype(weight, dtype)
+    hot = Node(_one_hot(safe, n_classes, dtype, device)) * counted
+    q = hot * (1.0 - smoothing) + counted * (smoothing / n_classes) if smoothing else hot
+    loss = -ops.sum(ops.log_softmax(logits, 1) * (q * w), 1)
     if reduction == "mean":
-        return ops.sum(loss) / float((w[t] * counted).sum())
-    return _reduce(ops.reshape(loss, shape) if reduction == "none" else loss, reduction)
+        return ops.sum(loss) / ops.sum(hot * w)
+    return loss
 
 
 def nll_loss(log_probs: Node, target, reduction: str = "mean") -> Node:

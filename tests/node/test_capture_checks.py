@@ -121,3 +121,25 @@ def test_steps_whose_checks_read_index_values_are_refused_not_replayed(body):
         with pytest.raises(mt.CaptureError, match="reads tensor values"):
             step(x, mt.tensor(i))
     assert step.recordings == []
+
+
+def test_an_ignored_target_in_a_replay_is_refused_and_leaves_the_weights():
+    """Eagerly ``ignore_index`` rows count for nothing (a host-side choice of path); a
+    replay cannot leave rows out, so it refuses the batch rather than train on it."""
+    model, opt = model_and_optimizer()
+    step = mt.capture(step_of(model, opt, F.cross_entropy))
+    feed(step, model, opt, [[0, 2], [1, 2], [2, 0]])
+    before = weights(model, opt)
+    with pytest.raises(mt.CaptureError, match="ignore_index"):
+        step(mt.ones(2, 4), mt.tensor([0, -100]))
+    np.testing.assert_equal(weights(model, opt), before)
+    assert len(step.recordings) == 1
+
+
+def test_class_weights_in_a_captured_step_are_refused():
+    model, opt = model_and_optimizer()
+    w = mt.tensor([1.0, 2.0, 0.5])
+    step = mt.capture(step_of(model, opt, lambda z, y: F.cross_entropy(z, y, w)))
+    step(mt.ones(2, 4), mt.tensor([0, 2]))  # the warm-up runs eagerly
+    with pytest.raises(mt.CaptureError, match="reads tensor values"):
+        step(mt.ones(2, 4), mt.tensor([0, 2]))
