@@ -158,36 +158,31 @@ def embedding(input, weight: Node, padding_idx: int | None = None,  # noqa: A002
     return _MaskGrad.apply(out, keep=keep)
 
 
-def _targets(target, n_classes: int, device, ignore_index=None):
+def _targets(target, n_classes: int, device):
     """Integer class targets as a Tensor on ``device``, range-checked by a host op: a
     captured step's replays check each new batch too, before its backward runs."""
     t = target.value if isinstance(target, Node) else from_array(np.asarray(target))
     if t.dtype.kind not in "iu":
         raise TypeError(f"class targets must be integers, got {t.dtype}")
-    capture.host_op(functools.partial(_check_targets, t, n_classes, ignore_index))
+    capture.host_op(functools.partial(_check_targets, t, n_classes))
     return t.to(device)
 
 
-def _check_targets(t, n_classes: int, ignore_index=None) -> None:
+def _check_targets(t, n_classes: int) -> None:
     values = t.numpy(writable=False)
-    if ignore_index is not None and (values == ignore_index).any():
-        raise capture.CaptureError(
-            f"cross_entropy: a target is ignore_index ({ignore_index}) in a captured step, "
-            "whose replays cannot leave rows out; compute this loss outside mt.capture")
     if values.size and (values.min() < 0 or values.max() >= n_classes):
         raise ValueError(f"class targets must be in [0, {n_classes}), got range "
                          f"[{values.min()}, {values.max()}]")
 
 
-def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0,
-             ignore_index=None):
+def _one_hot(target, n_classes: int, dtype, device, smoothing: float = 0.0):
     """The (smoothed) one-hot rows of ``target``, as a lazy expression.
 
     A compare against ``arange(n_classes)`` rather than host-side indexing: it
     fuses into the loss kernels, and a captured step recomputes it for each new
     batch.
     """
-    t = _targets(target, n_classes, device, ignore_index)
+    t = _targets(target, n_classes, device)
     if eager.now((t.shape[0], n_classes), device):  # small: made now, as the ops would be
         q = (t.numpy(writable=False).reshape(-1, 1) == np.arange(n_classes)).astype(dtype)
         return eager.wrap(q * (1.0 - smoothing) + smoothing / n_classes if smoothing else q)

@@ -112,3 +112,25 @@ def test_everything_ignored_gives_nan_as_torch_and_bad_targets_are_named():
         F.cross_entropy(z, mt.tensor([-100, 3]))
     with pytest.raises(ValueError, match="target of shape"):
         F.cross_entropy(mt.randn(2, 3, 4), mt.tensor([0, 1]))
+
+
+def test_a_captured_step_with_weights_and_ignored_targets_matches_eager():
+    w = mt.tensor([1.0, 2.0, 0.5])
+    x = mt.tensor(np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32),
+                  requires_grad=True)
+
+    def step(t):
+        x.grad = None
+        loss = F.cross_entropy(x, t, w, ignore_index=-100)
+        loss.backward()
+        return loss
+
+    captured = mt.capture(step)
+    for t in ([0, -100, 2, 1], [2, 2, -100, -100], [1, 0, 0, 2]):
+        got = captured(mt.tensor(t)).item()
+        grad = x.grad.numpy().copy()
+        want = step(mt.tensor(t)).item()
+        assert got == pytest.approx(want, rel=1e-6)
+        np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(want, reference(x.numpy(), np.array(t), w.numpy(), -100,
+                                                   "mean", 0.0), rtol=1e-5)
