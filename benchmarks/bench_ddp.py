@@ -37,6 +37,15 @@ Each measurement runs in one job of 2 processes started with ``mpiexec -bind-to 
   processes: ``dist.all_reduce`` on a tensor against ``comm.Allreduce`` on a NumPy
   array, one call of each in turn after a barrier; the overhead is ours / raw - 1.
 
+* ``--only check``: what the ranks' agreement on each collective's shapes and dtypes
+  costs (``dist.Signature.agree``, one 8-byte ``Allgather``): alone, inside a
+  1e3-float ``dist.all_reduce`` and inside an eager DDP step of the MLP, with the
+  check and without it in turn.
+* ``--only divergence``: how far 2 processes (DDP, 64 samples each) drift from one
+  process on the same 128-sample batches over 3 epochs of MNIST (lr 0.1, momentum
+  0.9, captured steps), against how far one process drifts from itself when each
+  batch's samples come in reverse order (the same sums, rounded differently).
+
 Results: ``benchmarks/results/ddp_*.md`` / ``.csv`` and ``ddp_summary.md``.
 
     python benchmarks/bench_ddp.py                    # all four (a few minutes)
@@ -286,7 +295,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", nargs=argparse.REMAINDER,
                         help="internal: run a worker (under mpiexec)")
-    parser.add_argument("--only", choices=["throughput", "average", "allreduce"])
+    parser.add_argument("--only", choices=["throughput", "average", "allreduce", "check",
+                                           "divergence"])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=100, help="steps per row per round")
     parser.add_argument("--no-torch", action="store_true")
@@ -317,6 +327,8 @@ def main(argv=None) -> int:
         allreduce(args, table, summary)
         table.print()
         table.write()
+    if args.only in ("check", "divergence"):  # measured on request only
+        summary += REPORTS[args.only](launch(2, args.only))
     text = "\n".join(summary) + "\n"
     print(text)
     name = "ddp_summary.md" if args.only is None else f"ddp_summary_{args.only}.md"
@@ -329,7 +341,8 @@ def main(argv=None) -> int:
 
 def worker(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["train", "allreduce", "average", "anatomy"])
+    parser.add_argument("kind", choices=["train", "allreduce", "average", "anatomy", "check",
+                                         "divergence"])
     parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
@@ -345,6 +358,8 @@ def worker(argv: list[str]) -> int:
         result = average_worker(args)
     elif args.kind == "anatomy":
         result = anatomy_worker()
+    elif args.kind in ("check", "divergence"):
+        result = check_worker() if args.kind == "check" else divergence_worker()
     else:
         result = train_worker(args)
     if dist.get_rank() == 0:
@@ -806,6 +821,149 @@ def allreduce_worker(args) -> dict:
         gathered = comm.allgather(medians)
         result[str(n)] = {k: max(g[k] for g in gathered) for k in medians}
     return result
+
+
+
+# ================================================================ the check's cost, divergence
+
+
+def paired(fn, unchecked, blocks: int = 40, calls: int = 50) -> tuple[float, float]:
+    """Median seconds per call of ``fn`` with the ranks' signature check and with it
+    turned off (``unchecked``: the same call without it), in alternating blocks."""
+    import minitorch_exp.distributed as dist
+    times = {True: [], False: []}
+    for b in range(2 * blocks):
+        checked = b % 2 == 0
+        dist.comm().Barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            (fn if checked else unchecked)()
+        times[checked].append((time.perf_counter() - start) / calls)
+    return statistics.median(times[True]), statistics.median(times[False])
+
+
+def check_worker() -> dict:
+    import mnist_mlp
+
+    import minitorch_exp as mt
+    import minitorch_exp.distributed as dist
+    from minitorch_exp import nn
+    agree = dist.Signature.agree
+    off = without(dist.Signature, "agree")
+    sig = dist.signature("all_reduce(sum)", (("the tensor", (1000,), np.dtype(np.float32)),))
+    t = mt.zeros(1000)
+    mt.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(mnist_mlp.build_model([256]))
+    opt = nn.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    step = mnist_mlp.make_train_step(model, opt, captured=False)
+    x, y = mnist()
+    xb, yb = mt.tensor(x[:PER_RANK_BATCH]), mt.tensor(y[:PER_RANK_BATCH])
+    for _ in range(20):
+        step(xb, yb)
+    result = {"agree": paired(sig.agree, lambda: None, calls=200)[0]}
+    result["all_reduce"] = paired(lambda: dist.all_reduce(t), off(lambda: dist.all_reduce(t)))
+    result["ddp_step"] = paired(lambda: step(xb, yb), off(lambda: step(xb, yb)), blocks=20,
+                                calls=20)
+    assert dist.Signature.agree is agree
+    return result
+
+
+def without(owner, name: str):
+    """``off(fn)``: ``fn`` run with ``owner.name`` replaced by a no-op."""
+    def off(fn):
+        def run():
+            real = getattr(owner, name)
+            setattr(owner, name, lambda self: None)
+            try:
+                fn()
+            finally:
+                setattr(owner, name, real)
+        return run
+    return off
+
+
+def check_report(result: dict) -> list[str]:
+    lines = ["", "## The ranks' agreement on shapes and dtypes (2 processes)", "",
+             f"Load average after: {load_text()}", "",
+             "| what | with the check | without | added |", "| --- | ---: | ---: | ---: |",
+             f"| `Signature.agree()` alone | {result['agree'] * 1e6:.1f} us | | |"]
+    for key, label in (("all_reduce", "`dist.all_reduce`, 1e3 float32"),
+                       ("ddp_step", "DDP step, eager (784-256-10, 128 per rank)")):
+        on, off = result[key]
+        lines.append(f"| {label} | {on * 1e6:,.1f} us | {off * 1e6:,.1f} us | "
+                     f"{(on - off) * 1e6:+.1f} us ({on / off - 1:+.1%}) |")
+    return lines + ["", "A captured step checks when it is recorded, not in its replays."]
+
+
+DIVERGENCE_STEPS = (1, 3, 10, 30, 100, 300, 469, 938, 1407)
+
+
+def divergence_worker(epochs: int = 3) -> dict:
+    """Rank 0 also trains the one-process model and its reversed-order twin."""
+    import mnist_mlp
+
+    import minitorch_exp as mt
+    import minitorch_exp.distributed as dist
+    from minitorch_exp import nn
+    from minitorch_exp.nn.idx import load_mnist
+    rank, size = dist.get_rank(), dist.get_world_size()
+    data = load_mnist()
+    x, y = mnist_mlp.prepare(data.train_images), data.train_labels.astype(np.int64)
+    test_x, test_y = mnist_mlp.prepare(data.test_images), data.test_labels.astype(np.int64)
+    dataset = nn.TensorDataset(x, y)
+
+    def trainer(wrap: bool, loader):
+        mt.manual_seed(0)
+        model = mnist_mlp.build_model([256])
+        trained = nn.parallel.DistributedDataParallel(model) if wrap else model
+        opt = nn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return model, trained, mnist_mlp.make_train_step(trained, opt), loader
+
+    sampler = nn.DistributedSampler(dataset, seed=0)
+    runs = {"ddp": trainer(True, nn.DataLoader(dataset, batch_size=128 // size,
+                                               sampler=sampler, seed=0))}
+    if rank == 0:
+        for name in ("one", "reversed"):
+            runs[name] = trainer(False, nn.DataLoader(dataset, batch_size=128, shuffle=True,
+                                                      seed=0))
+
+    def gap(a, b) -> float:
+        return max(float(np.abs(p.numpy() - q.numpy()).max())
+                   for p, q in zip(runs[a][0].parameters(), runs[b][0].parameters()))
+
+    rows, accuracy, done = [], [], 0
+    for _ in range(epochs):
+        for batches in zip(*(run[3] for run in runs.values())):
+            for (name, (_, _, step, _)), (xb, yb) in zip(runs.items(), batches):
+                if name == "reversed":
+                    xb, yb = (mt.from_numpy(t.numpy()[::-1].copy()) for t in (xb, yb))
+                step(xb, yb)
+            done += 1
+            if done in DIVERGENCE_STEPS and rank == 0:
+                rows.append([done, gap("ddp", "one"), gap("reversed", "one")])
+        if rank == 0:
+            accuracy.append([mnist_mlp.evaluate(runs[name][0], test_x, test_y, "cpu")[1]
+                             for name in ("one", "ddp", "reversed")])
+    largest = max(float(np.abs(p.numpy()).max()) for p in runs["ddp"][0].parameters())
+    return {"rows": rows, "accuracy": accuracy, "largest": largest,
+            "in_sync": runs["ddp"][1].parameters_in_sync()}
+
+
+def divergence_report(result: dict) -> list[str]:
+    lines = ["", "## 2 processes against 1 on the same batches (MNIST, 784-256-10)", "",
+             f"Load average after: {load_text()}", "",
+             "| step | max abs(2 processes - 1) | max abs(1, reversed batches - 1) |",
+             "| ---: | ---: | ---: |"]
+    lines += [f"| {step} | {a:.2e} | {b:.2e} |" for step, a, b in result["rows"]]
+    lines += ["", f"Largest weight: {result['largest']:.2f}; ranks bit-identical at the "
+              f"end: {result['in_sync']}", "", "| epoch | test accuracy, 1 process | "
+              "2 processes | 1, reversed |", "| ---: | ---: | ---: | ---: |"]
+    lines += [f"| {i + 1} | {a:.2%} | {b:.2%} | {c:.2%} |"
+              for i, (a, b, c) in enumerate(result["accuracy"])]
+    return lines
+
+
+REPORTS = {"check": check_report, "divergence": divergence_report}
 
 
 if __name__ == "__main__":

@@ -433,19 +433,21 @@ class Signature:
         self.what = what
         self.items = tuple((name, tuple(shape), np.dtype(dtype)) for name, shape, dtype in items)
         text = repr((what, [(name, shape, dtype.str) for name, shape, dtype in self.items]))
-        digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-        self.digest = np.frombuffer(digest, np.int64).copy()
+        self.digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
 
     def agree(self) -> None:
         """Collective: return when every rank's signature equals this one, else raise a
         DistributedError on every rank naming the tensor, the ranks and what each
         passed. One ``Allgather`` of 8 bytes per rank; the signatures themselves are
-        gathered only to write the error."""
-        if _state.size == 1:
+        gathered only to write the error. Plain bytes: NumPy's steps here cost more than
+        the Allgather itself (5-15 us against 2 us, ``bench_ddp.py --only check``)."""
+        size = _state.size
+        if size == 1:
             return
-        everyone = np.empty(_state.size, np.int64)
-        _allgather(self.digest, everyone, self.what)
-        if (everyone != everyone[0]).any():
+        everyone = bytearray(8 * size)
+        byte = _state.mpi.BYTE
+        _allgather([self.digest, byte], [everyone, byte], self.what)
+        if everyone != self.digest * size:  # all equal to this rank's: all equal
             calls = _state.comm.allgather((self.what, self.items))
             raise DistributedError(_difference(calls))
 

@@ -535,8 +535,8 @@ def ddp_broadcast_buffers(device: str) -> None:
 @case
 def ddp_one_step_and_identical_ranks(device: str) -> None:
     """What README and docs/distributed.md promise: one step equals one process's step on
-    the whole batch within float32 summation order (max |difference| 1e-6), and the
-    ranks hold bit-identical parameters after every step."""
+    the whole batch within float32 summation order (4 units in the last place of the
+    largest weight), and the ranks hold bit-identical parameters after every step."""
     rank, size = dist.get_rank(), dist.get_world_size()
     per_rank = 16
     mt.manual_seed(0)
@@ -559,8 +559,8 @@ def ddp_one_step_and_identical_ranks(device: str) -> None:
             train_step(reference, ref_opt, False)(mt.tensor(x, device=device),
                                                   mt.tensor(y, device=device))
             for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-                gap = np.abs(p.numpy() - q.numpy()).max()
-                assert gap <= 1e-6, (name, gap)
+                ulps = np.abs(p.numpy() - q.numpy()).max() / np.spacing(np.abs(q.numpy()).max())
+                assert ulps <= 4, (name, ulps)  # measured: 1 ulp of the largest weight
 
 
 # ---- averaging through shared memory ---------------------------------------------------
