@@ -123,23 +123,30 @@ def test_steps_whose_checks_read_index_values_are_refused_not_replayed(body):
     assert step.recordings == []
 
 
-def test_an_ignored_target_in_a_replay_is_refused_and_leaves_the_weights():
-    """Eagerly ``ignore_index`` rows count for nothing (a host-side choice of path); a
-    replay cannot leave rows out, so it refuses the batch rather than train on it."""
+def test_an_ignored_target_without_class_weights_is_refused_by_a_replay():
+    """Eagerly an ``ignore_index`` row counts for nothing (a host-side choice of path);
+    a replay of the fused path cannot leave rows out, so its check refuses the batch
+    rather than train on it."""
     model, opt = model_and_optimizer()
     step = mt.capture(step_of(model, opt, F.cross_entropy))
     feed(step, model, opt, [[0, 2], [1, 2], [2, 0]])
     before = weights(model, opt)
-    with pytest.raises(mt.CaptureError, match="ignore_index"):
+    with pytest.raises(ValueError, match="class targets must be in"):
         step(mt.ones(2, 4), mt.tensor([0, -100]))
     np.testing.assert_equal(weights(model, opt), before)
     assert len(step.recordings) == 1
 
 
-def test_class_weights_in_a_captured_step_are_refused():
-    model, opt = model_and_optimizer()
+def test_class_weights_with_ignored_and_bad_targets_replay_as_eager():
+    """With ``weight=`` the loss is tensor ops only: ignored rows are masked by kernels,
+    and the range check runs on the targets computed in the step."""
     w = mt.tensor([1.0, 2.0, 0.5])
-    step = mt.capture(step_of(model, opt, lambda z, y: F.cross_entropy(z, y, w)))
-    step(mt.ones(2, 4), mt.tensor([0, 2]))  # the warm-up runs eagerly
-    with pytest.raises(mt.CaptureError, match="reads tensor values"):
-        step(mt.ones(2, 4), mt.tensor([0, 2]))
+    targets = [[0, 2, 1, 2], [1, 2, -100, 0], [0, 0, 1, 2], [2, -100, -100, 1],
+               [0, 3, 1, 2], [1, 1, -100, 0], [-7, 0, 0, 0], [2, 1, 0, -100]]
+    runs = []
+    for captured in (True, False):
+        model, opt = model_and_optimizer()
+        step = step_of(model, opt, lambda z, y: F.cross_entropy(z, y, w))
+        runs.append(feed(mt.capture(step) if captured else step, model, opt, targets))
+    assert_equal_runs(*runs)
+    assert sum(isinstance(call[0], str) for call in runs[0]) == 2
