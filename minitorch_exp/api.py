@@ -30,7 +30,9 @@ from .node import (
     zeros,
     zeros_like,
 )
+from .node import masks as _masks
 from .node import pytorch as _pytorch
+from .node import views as _views
 from .node.anomaly import detect_anomaly
 from .node.devices import device, get_default_device, set_default_device
 from .node.grad_mode import inference_mode
@@ -72,6 +74,10 @@ globals().update(_OP_FUNCTIONS)
 #: PyTorch's names for what exists (``clamp``, ``max(x, dim)``, ``mm``, ``linspace``...):
 #: node/pytorch.py; docs/pytorch.md lists them.
 globals().update(_pytorch.FUNCTIONS)
+#: Masks (``masked_fill``, ``tril``, ``triu``: node/masks.py) and pieces (``split``,
+#: ``chunk``, ``unbind``, ``flip``, ``roll``: node/views.py).
+globals().update(_masks.FUNCTIONS)
+globals().update(_views.FUNCTIONS)
 #: PyTorch's dtype names (``float32``, ``double``, ``long``...). ``float``, ``int`` and
 #: ``bool`` are reached as ``mt.float`` but left out of ``__all__``: a star import must
 #: not hide Python's own.
@@ -96,5 +102,6 @@ __all__ = [
     "to_dot", "transpose", "unregister_op", "unsqueeze", "zeros", "zeros_like",
     "device", "get_default_device", "set_default_device", "inference_mode", "narrow",
     *sorted(_OP_FUNCTIONS), *sorted(_pytorch.FUNCTIONS),
+    *sorted(_masks.FUNCTIONS), *sorted(_views.FUNCTIONS),
     *sorted(set(DTYPE_NAMES) - NOT_STARRED - {"float32", "float64", "int32", "int64"}),
 ]

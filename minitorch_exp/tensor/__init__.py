@@ -36,10 +36,16 @@ from .tensor import Tensor, from_array, from_numpy, tensor
 # isort: split
 # Last, once the core exists; it hands Exp.explain and the debug printers over.
 from . import explain as _explain  # noqa: E402, F401
+from .masks import FUNCTIONS as _MASK_FUNCTIONS  # noqa: E402
+from .slicing import FUNCTIONS as _SLICING_FUNCTIONS  # noqa: E402
 
 #: ``exp``, ``abs``, ``maximum``, ``where``, ``sum``, ``amax``...: one function per row of
 #: the op registry (tensor/ops.py), made in expr.py.
 globals().update(_OP_FUNCTIONS)
+#: ``masked_fill``, ``tril``, ``triu`` (masks.py); ``split``, ``chunk``, ``unbind``, ``flip``
+#: (slicing.py).
+globals().update(_MASK_FUNCTIONS)
+globals().update(_SLICING_FUNCTIONS)
 
 __all__ = [
     "Device", "Exp", "Layout", "Storage", "Tensor", "apply_op", "arange", "as_device",
@@ -51,5 +57,5 @@ __all__ = [
     "ones_like", "rand", "rand_like", "randn", "randn_like", "register_op",
     "reset_kernel_counts", "set_cpu_backend", "set_debug",
     "tensor", "unregister_op", "using_cpu_backend", "zeros", "zeros_like",
-    *sorted(_OP_FUNCTIONS),
+    *sorted(_OP_FUNCTIONS), *sorted(_MASK_FUNCTIONS), *sorted(_SLICING_FUNCTIONS),
 ]
