@@ -39,7 +39,7 @@ from ..tensor.device import CPU
 from ..tensor.engine import realize as fuse
 from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
 from ..tensor.layout import Layout, contiguous
-from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef
+from ..tensor.ops import OPS, REDUCTIONS, SAVER_ROWS, OpDef, ReduceDef
 from ..tensor.plan import NotElementwise, make_plan
 from ..tensor.tensor import Tensor
 from .grad_mode import _modes
@@ -263,8 +263,7 @@ _SAVERS = {"=": np.copyto, **SAVER_UFUNCS}
 #: ufunc's result (the same IEEE operation, promotion and warnings) in 0.1 us where a
 #: ufunc writing into a 0-d array takes 0.85 -- the update of every scalar parameter
 #: (tests/node/test_eager_parity.py::test_a_0d_in_place_update_at_once_equals_the_engine_s).
-SAVER_OPERATORS = {saver: _SCALAR_ROWS[name] for saver, name in
-                   (("+=", "add"), ("-=", "sub"), ("*=", "mul"), ("/=", "div"))}
+SAVER_OPERATORS = {saver: _SCALAR_ROWS[name] for saver, name in SAVER_ROWS.items()}
 
 
 def assign(dst: Tensor, value, saver: str) -> bool:

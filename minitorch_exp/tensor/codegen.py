@@ -34,7 +34,7 @@ import numpy as np
 
 from . import dtypes
 from . import layout as L
-from .ops import OPS, OpDef
+from .ops import OPS, SAVER_ROWS, OpDef
 
 # Per-element kernels see Python scalars as these dtypes (float -> double, ...).
 SCALAR_DTYPES = {float: dtypes.float64, int: dtypes.int64, bool: dtypes.bool_}
@@ -172,14 +172,12 @@ def saver_value(dialect: Dialect, plan, result: str, result_dtype: np.dtype,
     return result if weak == result_dtype else dialect.convert(result, weak)
 
 
-SAVER_OPS = {"+=": "+", "-=": "-", "*=": "*", "/=": "/"}
-
-
-def saved_expr(saver: str, current: str, value: str) -> str:
-    """The new value of a dst element: ``value``, or ``current <op> value``."""
+def saved_expr(dialect: Dialect, saver: str, current: str, value: str) -> str:
+    """The new value of a dst element: ``value``, or the saver's row (``+=``: add)
+    over ``current`` and ``value`` in the dialect's template."""
     if saver == "=":
         return value
-    return f"({current} {SAVER_OPS[saver]} {value})"
+    return dialect.template(OPS[SAVER_ROWS[saver]]).format(current, value)
 
 
 # ---- how the loops walk memory -----------------------------------------------

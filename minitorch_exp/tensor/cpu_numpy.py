@@ -25,7 +25,7 @@ from . import blas, environment
 from . import layout as L
 from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
-from .ops import OPS
+from .ops import OPS, SAVER_ROWS
 
 # Elements per block: small enough that a block's intermediates stay in L2, large enough
 # to amortize each ufunc call (the fastest measured, docs/cpu_kernels.md).
@@ -37,7 +37,8 @@ BLOCK = environment.whole_number("MINITORCH_BLOCK", 1 << 18, least=1, what="elem
 # against 45 at 2^15, 2278 against 260 at 2^18).
 SCRATCH_FROM = 1 << 14
 
-SAVER_UFUNCS = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.true_divide}
+#: Each in-place saver's ufunc: its row's NumPy form (``ops.SAVER_ROWS``).
+SAVER_UFUNCS = {saver: OPS[row].numpy for saver, row in SAVER_ROWS.items()}
 
 #: Ops whose NumPy forms run far behind one compiled loop on thousands of elements, so
 #: that an eager op below the fusion threshold computes them by the loop

@@ -51,7 +51,7 @@ from . import layout as L
 from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
 from .cpu_numpy import numpy_axis, overlaps
-from .ops import OPS, ReduceDef
+from .ops import OPS, SAVER_ROWS, ReduceDef
 
 THREADS = 256            # threads per block; a power of two (shared-memory tree)
 MAX_BLOCKS = 65535
@@ -111,7 +111,7 @@ def _position(arr: str, stride: str, ndim: int, index: str, base: str | None = N
 
 
 def _store(saver: str, value: str, dst_dtype) -> str:
-    new = C.saved_expr(saver, "out[p]", value)
+    new = C.saved_expr(C.CUDA, saver, "out[p]", value)
     return f"out[p] = {C.CUDA.convert(new, dst_dtype)};"
 
 
@@ -431,8 +431,8 @@ def _save(cp, dst, value, saver: str) -> None:
     if saver == "=":
         cp.copyto(dst, value, casting="unsafe")
     else:
-        ufunc = {"+=": cp.add, "-=": cp.subtract, "*=": cp.multiply, "/=": cp.true_divide}
-        ufunc[saver](dst, value, out=dst, casting="unsafe")
+        ufunc = getattr(cp, OPS[SAVER_ROWS[saver]].numpy.__name__)  # the row's, in CuPy
+        ufunc(dst, value, out=dst, casting="unsafe")
 
 
 _BACKEND: list[CudaBackend] = []

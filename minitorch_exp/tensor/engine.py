@@ -46,11 +46,9 @@ from .expr import (
     operand_str,
 )
 from .lower import Visitor, evaluated, root_body
+from .ops import SAVERS
 from .plan import NotElementwise, make_plan, statement_key, statement_plan
 from .tensor import Tensor
-
-SAVERS = ("=", "+=", "-=", "*=", "/=")
-
 
 # A *prepared* assignment, kept on its expression as ``e.prepared``: the tuple
 # ``(dst, saver, epoch, fn, args)``, one kernel call with every argument bound.

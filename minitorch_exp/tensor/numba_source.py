@@ -165,7 +165,7 @@ def _store(saver: str, value: str, value_dtype, dst_dtype) -> str:
 def _stored(saver: str, value: str, value_dtype, dst_dtype, current: str) -> str:
     if saver == "=" and value_dtype == dst_dtype:
         return value
-    return C.PYTHON.convert(C.saved_expr(saver, current, value), dst_dtype)
+    return C.PYTHON.convert(C.saved_expr(C.PYTHON, saver, current, value), dst_dtype)
 
 
 def _loop(depth: int, var: str, size: str, parallel: bool) -> str:

@@ -396,6 +396,12 @@ define_builtin("mul", 2, np.multiply, "({0} * {1})", "({0} * {1})", derivative=_
 define_builtin("div", 2, np.true_divide, "({0} / {1})", "({0} / {1})", result="float",
                derivative=_d_div, partials=(_d_div_a, _d_div_b), operator="truediv",
                reflected=True)
+#: The savers of an assignment, and the binary row each in-place one applies: ``dst += e``
+#: writes ``add(dst, e)``. Every evaluator spells a saver through its row -- the NumPy
+#: ufunc, the Python and CUDA templates, the Python operator -- so this is the one table.
+SAVER_ROWS = {"+=": "add", "-=": "sub", "*=": "mul", "/=": "div"}
+SAVERS = ("=", *SAVER_ROWS)
+
 define_builtin("pow", 2, _pow, "pow({0}, {1})", "({0} ** {1})", derivative=_d_pow,
                operator="pow", reflected=True, check=check_power)
 define_builtin("maximum", 2, np.maximum, _NAN_MAX, _PY_NAN_MAX, derivative=_d_maximum)
