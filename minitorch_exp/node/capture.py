@@ -91,7 +91,7 @@ class _Log(threading.local):
     it read and wrote of watched attributes (``Watched``); else None."""
 
     grads: list | None = None
-    watched: _Watched | None = None
+    watched: _Accesses | None = None
 
 
 _log = _Log()
@@ -125,7 +125,7 @@ class Watched:
         except KeyError:
             raise AttributeError(self.name) from None
         if _log.watched is not None:
-            _log.watched.first.setdefault((id(obj), self.name), (obj, self.name, value))
+            _log.watched.read(obj, self.name, value)
         return value
 
     def __set__(self, obj, value) -> None:
@@ -134,12 +134,15 @@ class Watched:
             _log.watched.wrote(obj, self.name, value)
 
 
-class _Watched:
+class _Accesses:
     """What one run read and wrote of watched attributes."""
 
     def __init__(self):
         self.first: dict = {}   # (id, name) -> (obj, name, value) read first; None: set first
         self.writes: dict = {}  # (id, name) -> (obj, name, value) set last
+
+    def read(self, obj, name: str, value) -> None:
+        self.first.setdefault((id(obj), name), (obj, name, value))
 
     def wrote(self, obj, name: str, value) -> None:
         self.first.setdefault((id(obj), name), None)
@@ -189,7 +192,7 @@ def capture(fn):
 
 
 class _WarmUp(NamedTuple):
-    reads: tuple   # the watched values it read (``_Watched.reads``)
+    reads: tuple   # the watched values it read (``_Accesses.reads``)
     leaves: list   # the leaves it wrote gradients into
 
 
@@ -259,7 +262,7 @@ def _leaves(log: list) -> list:
 @contextlib.contextmanager
 def _logging():
     """Log the gradients and watched attributes the run in the block touches."""
-    _log.grads, _log.watched = log, watched = [], _Watched()
+    _log.grads, _log.watched = log, watched = [], _Accesses()
     try:
         yield log, watched
     finally:
