@@ -393,17 +393,23 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _new_scalar(name: str, tensor: Exp, value) -> Scalar:
-    """The Scalar for a number an operator meets for the first time (then interned).
-
-    A Python int beyond int64 meets a float tensor as a float, and is refused by an
-    integer one (NumPy's rule; kernels take ints as int64).
-    """
-    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
-        if tensor.dtype.kind != "f":
-            raise OverflowError(f"{name}: Python integer {value} is out of bounds for "
-                                f"{tensor.dtype.name} (operand: {operand_str(tensor)})")
+    """The Scalar for a number an operator meets for the first time (then interned)."""
+    if _beyond_int64(value):
+        _check_big_int(name, (tensor,), value)
         return Scalar(value)
     return Scalar.interned(value)
+
+
+def _beyond_int64(value) -> bool:
+    return type(value) is int and not _INT64_MIN <= value <= _INT64_MAX
+
+
+def _check_big_int(name: str, tensors, value: int) -> None:
+    """A Python int beyond int64 meets a float tensor as a float, and is refused where
+    no operand is float (NumPy's rule; kernels take ints as int64)."""
+    if tensors and all(t.dtype.kind != "f" for t in tensors):
+        raise OverflowError(f"{name}: Python integer {value} is out of bounds for "
+                            f"{tensors[0].dtype.name} (operand: {operand_str(tensors[0])})")
 
 
 def _map_operand(a) -> tuple:
@@ -696,6 +702,9 @@ def _apply(op: OpDef, operands: tuple) -> Exp:
     args = tuple([x if isinstance(x, Exp) else as_exp(x) for x in operands])
     if op.check is not None:
         op.check(*args)
+    for x in operands:
+        if _beyond_int64(x):  # before Scalar made it a float
+            _check_big_int(op.name, [a for a in args if type(a) is not Scalar], x)
     for a in args:
         if type(a) is not Scalar:
             return Map(op, args)
