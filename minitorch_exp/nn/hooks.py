@@ -16,6 +16,7 @@ import functools
 
 from ..node.function import Function
 from ..node.grad_mode import is_grad_enabled
+from ..node.hooks import refuse_while_recording
 from ..node.node import Node
 
 
@@ -41,6 +42,7 @@ def hooks_of(module) -> ModuleHooks:
 
 def call(module, hooks: ModuleHooks, args: tuple, kwargs: dict):
     """``module(*args, **kwargs)`` with its hooks."""
+    refuse_while_recording(f"a hook of {type(module).__name__}")
     for _, (hook, with_kwargs) in list(hooks.pre):
         if with_kwargs:
             result = hook(module, args, kwargs)

@@ -81,6 +81,7 @@ from ..tensor import capture as _recording
 from ..tensor.backends import cpu_backend
 from ..tensor.capture import CaptureError
 from ..tensor.expr import Exp
+from . import hooks
 from .grad_mode import fusion, fusion_enabled, is_grad_enabled
 from .node import Node
 
@@ -172,6 +173,9 @@ def register_structure_source(source) -> None:
     """Have captured functions record again whenever ``source()`` returns a new value
     (nn registers ``nn.module.structure_version``)."""
     _STRUCTURE_SOURCES.append(source)
+
+
+register_structure_source(hooks.version)  # a hook added or removed: run eagerly again
 
 
 def structure_version() -> tuple:

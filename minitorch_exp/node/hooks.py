@@ -5,6 +5,11 @@ gradient with respect to ``x``, and a result other than None replaces that gradi
 Hooks live here, by Node, not on Node itself: backward asks only while
 some are registered (``HOOKS`` non-empty), so a graph without hooks pays one test per
 node. Module hooks (nn/hooks.py) are made of these.
+
+A hook is Python, which a replay of ``mt.capture`` cannot run: adding or removing one
+moves ``version`` (a structure source of capture: the next call runs eagerly), and a
+hook that would run while a call is recorded raises ``CaptureError``
+(``refuse_while_recording``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import weakref
 
 import numpy as np
 
+from ..tensor import capture as recording
 from . import eager
 
 #: ``id(node)`` -> its hooks, a list of (handle id, hook) in the order they run; an
@@ -21,6 +27,25 @@ from . import eager
 #: which is elementwise).
 HOOKS: dict[int, list] = {}
 _ids = itertools.count()
+_version = 0  # moves whenever a hook, on a tensor or a module, is added or removed
+
+
+def version() -> int:
+    return _version
+
+
+def _changed() -> None:
+    global _version
+    _version += 1
+
+
+def refuse_while_recording(what: str) -> None:
+    """Raise ``CaptureError`` if a step is being recorded: ``what`` would not run again."""
+    if recording.is_recording():
+        raise recording.CaptureError(
+            f"{what} runs while mt.capture records a step, but a replay repeats kernels "
+            "only and would skip it. Register hooks outside captured steps' models, or "
+            "run the step without mt.capture")
 
 
 class RemovableHandle:
@@ -30,9 +55,13 @@ class RemovableHandle:
     def __init__(self, hooks: list, hook, prepend: bool = False):
         self._hooks, self.id = hooks, next(_ids)
         hooks.insert(0 if prepend else len(hooks), (self.id, hook))
+        _changed()
 
     def remove(self) -> None:
-        self._hooks[:] = [(i, h) for i, h in self._hooks if i != self.id]
+        kept = [(i, h) for i, h in self._hooks if i != self.id]
+        if len(kept) != len(self._hooks):
+            self._hooks[:] = kept
+            _changed()
 
     def __enter__(self) -> RemovableHandle:
         return self
@@ -56,6 +85,7 @@ def run_hooks(node, g):
     """``g`` (an array or an expression, as backward carries it) after ``node``'s hooks,
     in the same form."""
     from .node import Node
+    refuse_while_recording("a tensor hook")
     value = eager.wrap(g) if type(g) is np.ndarray else eager.realize(g)
     for _, hook in list(HOOKS[id(node)]):
         out = hook(Node(value))
