@@ -32,7 +32,8 @@ TOL = {"float32": dict(rtol=2e-5, atol=1e-6), "float64": dict(rtol=1e-11, atol=1
 #: Every differentiable built-in row, and the values its operands take.
 ROWS = sorted(name for name, op in OPS.items()
               if op.builtin and op.result != "bool" and name != "sign")
-DOMAINS = {"log": "positive", "sqrt": "positive", "pow": "positive"}
+DOMAINS = {"log": "positive", "log1p": "positive", "sqrt": "positive", "rsqrt": "positive",
+           "pow": "positive"}
 
 
 def operands(name: str, n: int, rng) -> tuple[list, list]:
