@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -71,6 +72,19 @@ def structure_changed() -> None:
 
 
 register_structure_source(structure_version)  # mt.capture records again when it moves
+
+
+def _state_array(name: str, value, shape) -> np.ndarray:
+    """A state dict's ``value`` for the parameter or buffer ``name`` as an array, checked:
+    numbers (a string array of "nan" would convert) of the model's ``shape``."""
+    arr = np.asarray(value.numpy(writable=False) if isinstance(value, Node) else value)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"load_state_dict: {name!r} has dtype {arr.dtype} in the checkpoint; "
+                        f"expected numbers (bool, integer or float)")
+    if arr.shape != shape:
+        raise ValueError(f"load_state_dict: {name} has shape {arr.shape} in the checkpoint but "
+                         f"{shape} in the model")
+    return arr
 
 
 def _moved(t: Tensor, device, dtype) -> Tensor:
@@ -154,6 +168,14 @@ def _kept(value):
     if type(value) is dict and (not value or _holds_parts(value)):
         return PartDict(value)
     return value
+
+
+class IncompatibleKeys(NamedTuple):
+    """What ``load_state_dict`` returns, as PyTorch's: the model's keys the state did not
+    have, and the state's keys the model does not have."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
 
 
 class Module:
@@ -317,26 +339,22 @@ class Module:
         """Parameter and persistent buffer name -> detached Node sharing its data."""
         return OrderedDict((name, p.detach()) for name, p in self._state_items())
 
-    def load_state_dict(self, state: dict, strict: bool = True) -> None:
-        """Copy values into the parameters and buffers in place (so optimizers keep working)."""
+    def load_state_dict(self, state: dict, strict: bool = True) -> IncompatibleKeys:
+        """Copy values into the parameters and buffers in place (so optimizers keep
+        working); every value is checked (numbers, the model's shape) before any is
+        written. Returns the keys that did not match (strict: there are none)."""
         params = dict(self._state_items())
-        missing = sorted(set(params) - set(state))
-        unexpected = sorted(set(state) - set(params))
-        if strict and (missing or unexpected):
-            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys "
-                           f"{unexpected} for {type(self).__name__}")
-        arrays = {}
-        for name, value in state.items():  # check every shape before writing any
-            if name not in params:
-                continue
-            arr = np.asarray(value.numpy(writable=False) if isinstance(value, Node) else value)
-            if arr.shape != params[name].shape:
-                raise ValueError(f"load_state_dict: {name} has shape {arr.shape} in the "
-                                 f"checkpoint but {params[name].shape} in the model")
-            arrays[name] = arr
+        keys = IncompatibleKeys([k for k in params if k not in state],  # PyTorch's orders
+                                [k for k in state if k not in params])
+        if strict and (keys.missing_keys or keys.unexpected_keys):
+            raise KeyError(f"load_state_dict: missing keys {keys.missing_keys}, unexpected keys "
+                           f"{keys.unexpected_keys} for {type(self).__name__}")
+        arrays = {name: _state_array(name, value, params[name].shape)
+                  for name, value in state.items() if name in params}
         for name, arr in arrays.items():
             p = params[name]
             p.value[...] = from_array(np.require(arr, p.dtype, "C")).to(p.device)  # keeps 0-d
+        return keys
 
     def to(self, *args, device=None, dtype=None, non_blocking: bool = False) -> Module:
         """PyTorch's ``to``: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``,
