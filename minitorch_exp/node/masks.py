@@ -9,6 +9,8 @@ compared), held by a constant Node: no mask the size of the input is made. The
 
 from __future__ import annotations
 
+import functools
+
 from ..tensor import dtypes, masks
 from ..tensor.expr import Exp
 from . import ops
@@ -59,11 +61,12 @@ def _in_place_form(fn):
     """``x.<name>_(...)``: ``fn``'s result written into ``x``, outside the graph."""
     name = f"{fn.__name__}_"
 
+    @functools.wraps(fn)  # fn's signature
     def method(x: Node, *args) -> Node:
         with no_grad():
             result = fn(x, *args)
         return _in_place(x, "=", result, name)
-    method.__name__ = name
+    method.__name__ = method.__qualname__ = name
     method.__doc__ = f"``{fn.__name__}``, written into ``x`` (in place, not recorded)."
     return method
 
