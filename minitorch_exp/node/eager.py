@@ -39,7 +39,7 @@ from ..tensor.device import CPU
 from ..tensor.engine import realize as fuse
 from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
 from ..tensor.layout import Layout, contiguous
-from ..tensor.ops import OPS, REDUCTIONS, SAVER_ROWS, OpDef, ReduceDef
+from ..tensor.ops import OPS, REDUCTIONS, SAVER_ROWS, OpDef, ReduceDef, user_result
 from ..tensor.plan import NotElementwise, make_plan
 from ..tensor.tensor import Tensor
 from .grad_mode import _modes
@@ -165,7 +165,7 @@ def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
     except (TypeError, ValueError, ArithmeticError):
         return None
     if not row.builtin:
-        result = _own(result, arrays)
+        result = _user_values(row, result, arrays)
     if result.dtype is not first.dtype:  # else the registry's too (test_eager_parity.py)
         dtype = _result_dtype(row, arrays)
         if result.dtype != dtype:
@@ -546,7 +546,7 @@ def _eval(e) -> np.ndarray:
         args = [_eval(a) for a in e.args]
         out = e.op.numpy(*args)
         if not e.op.builtin:
-            out = _own(out, args)
+            out = _user_values(e.op, out, args)
     elif t is Cast:
         out = np.asarray(_eval(e.x)).astype(e.dtype)
     elif t is Reduce and _folds(e.reduction, e.axes):
@@ -561,9 +561,12 @@ def _eval(e) -> np.ndarray:
     return out if getattr(out, "dtype", None) == e.dtype else np.asarray(out).astype(e.dtype)
 
 
-def _own(result, arrays):
-    """A user op's result, copied if it is (a view of) one of its operands."""
-    if any(type(a) is np.ndarray and np.may_share_memory(result, a) for a in arrays):
+def _user_values(row: OpDef, result, arrays) -> np.ndarray:
+    """A user op's result, checked (``user_result``) and made its own: copied if it is
+    a broadcast or (a view of) one of its operands."""
+    result = user_result(row, result, np.broadcast_shapes(*map(np.shape, arrays)))
+    if not result.flags.writeable or any(
+            type(a) is np.ndarray and np.may_share_memory(result, a) for a in arrays):
         return np.array(result)
     return result
 

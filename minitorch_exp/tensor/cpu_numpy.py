@@ -25,7 +25,7 @@ from . import blas, environment
 from . import layout as L
 from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
-from .ops import OPS, SAVER_ROWS
+from .ops import OPS, SAVER_ROWS, user_result
 
 # Elements per block: small enough that a block's intermediates stay in L2, large enough
 # to amortize each ufunc call (the fastest measured, docs/cpu_kernels.md).
@@ -81,25 +81,14 @@ def _user_function(op):
     def call(*arrays, out=None):
         result = fn(*arrays, out=out) if takes_out and out is not None else fn(*arrays)
         if out is None:
-            return result
+            return user_result(op, result, np.broadcast_shapes(*map(np.shape, arrays)))
         if result is None or result is out:
             if not takes_out:
                 raise TypeError(f"user op {op.name!r}: numpy_fn returned None")
             return out
-        result = np.asarray(result)
-        if not _broadcasts_to(result.shape, out.shape):
-            raise ValueError(f"user op {op.name!r}: numpy_fn returned shape {result.shape}, "
-                             f"expected {out.shape} (the broadcast shape of its operands)")
-        np.copyto(out, result, casting="unsafe")
+        np.copyto(out, user_result(op, result, out.shape), casting="unsafe")
         return out
     return call
-
-
-def _broadcasts_to(shape, target) -> bool:
-    try:
-        return np.broadcast_shapes(shape, target) == target
-    except ValueError:
-        return False
 
 
 def _accepts_out(fn) -> bool:

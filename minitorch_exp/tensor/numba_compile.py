@@ -31,7 +31,7 @@ import numpy as np
 from . import caches, kernel_cache
 from . import codegen as C
 from .numba_source import group_source, kernel_source, reduce_source
-from .ops import OPS
+from .ops import OPS, user_result
 
 _STATS = {"generated": 0}
 _DISPATCHERS: list = []
@@ -165,7 +165,7 @@ def _user_bindings(plan) -> dict:
             continue
         fn = _scalar_function(op)
         try:  # a trial call types and compiles it; ``out=None`` is simply omitted
-            fn(*[ins.compute.type(1)] * op.arity)
+            user_result(op, fn(*[ins.compute.type(1)] * op.arity), ())  # a scalar per element
         except Exception as err:
             raise UserOpCompileError(
                 f"user op {op.name!r}: numba could not compile its numpy_fn for "

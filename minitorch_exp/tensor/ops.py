@@ -740,6 +740,24 @@ def register_op(name: str, numpy_fn: Callable, cuda: str, *, arity: int = 1,
     return op
 
 
+def user_result(op: OpDef, result, shape: tuple[int, ...]) -> np.ndarray:
+    """A user op's ``numpy_fn`` result as an array of ``shape``, the broadcast shape of
+    its operands: one that broadcasts to it (one element, a number) is broadcast -- a
+    read-only view, as NumPy's ``out=`` would fill -- anything else is a ValueError
+    naming the op and both shapes. Every path that calls a ``numpy_fn`` checks here."""
+    result = np.asarray(result)
+    if result.shape == shape:
+        return result
+    try:
+        fits = np.broadcast_shapes(result.shape, shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"user op {op.name!r}: numpy_fn returned shape {result.shape}, "
+                         f"expected {shape} (the broadcast shape of its operands)")
+    return np.broadcast_to(result, shape)
+
+
 def _frozen(fn: Callable) -> Callable:
     """``fn`` with the module globals and closure values it has now.
 
