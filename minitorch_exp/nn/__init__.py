@@ -32,6 +32,7 @@ from .losses import (
 from .module import Module, Parameter
 from .normalization import BatchNorm1d, BatchNorm2d
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 
 __all__ = [
     "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d",
@@ -42,4 +43,5 @@ __all__ = [
     "functional", "init", "modules", "optim", "parallel", "utils",
     "Identity", "ModuleDict", "ModuleList", "ParameterDict", "ParameterList",
     "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss",
+    "GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase",
 ]
