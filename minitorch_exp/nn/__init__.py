@@ -1,6 +1,7 @@
 """nn: modules, layers, losses, initialisation, optimizers and data loading."""
 
 from . import functional, init, modules, optim, parallel, utils
+from .attention import MultiheadAttention
 from .containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv1d, Conv2d
 from .data import DataLoader, Dataset, DistributedSampler, TensorDataset
@@ -33,6 +34,13 @@ from .module import Module, Parameter
 from .normalization import BatchNorm1d, BatchNorm2d
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from .transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d",
@@ -44,4 +52,6 @@ __all__ = [
     "Identity", "ModuleDict", "ModuleList", "ParameterDict", "ParameterList",
     "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss",
     "GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase",
+    "MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
+    "TransformerEncoder", "TransformerEncoderLayer",
 ]

@@ -383,3 +383,6 @@ def binary_cross_entropy(input: Node, target, weight=None, *,  # noqa: A002
     log_p = ops.maximum(ops.log(input), -100.0)
     log_q = ops.maximum(ops.log(1.0 - input), -100.0)
     return _weighted(-(y * log_p + (1.0 - y) * log_q), weight, reduction)
+
+
+from .attention import scaled_dot_product_attention  # noqa: E402,F401  (needs the above)
