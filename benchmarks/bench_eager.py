@@ -586,7 +586,7 @@ def row_operands(name: str, n: int, rng) -> list:
 
 def compiled_loop(name: str, arrays: list):
     """The engine's kernel of the row ``name`` alone, called on the whole arrays as
-    node/eager.py calls it for the rows in ``NUMPY_SLOW_OPS`` (whatever the row)."""
+    node/eager.py calls it for the rows marked ``numpy_slow`` (whatever the row)."""
     from minitorch_exp.node.eager import wrap
     from minitorch_exp.tensor import cpu_numba
     from minitorch_exp.tensor.expr import apply_op
@@ -601,17 +601,17 @@ def compiled_loop(name: str, arrays: list):
 
 def rows(min_time: float) -> Table:
     """Each built-in row's NumPy form against its compiled loop on 64K float32 elements
-    (the rows far behind are ``NUMPY_SLOW_OPS``), then relu's forward and forward +
+    (the rows far behind are marked ``numpy_slow``), then relu's forward and forward +
     backward computed at once with and without the loop, by size: where it starts to
     pay is ``eager.COMPILED_FROM``."""
     from minitorch_exp.node import eager
-    from minitorch_exp.tensor.cpu_numpy import NUMPY_SLOW_OPS
     from minitorch_exp.tensor.ops import OPS
 
     rng = np.random.default_rng(0)
     n = ROW_SIZES[-1]
     print(f"\n== each row's NumPy form against its compiled loop, {n} float32 elements, "
-          f"1 thread ({load_line()}); NUMPY_SLOW_OPS = {sorted(NUMPY_SLOW_OPS)}")
+          f"1 thread ({load_line()}); numpy_slow rows = "
+          f"{sorted(name for name, op in OPS.items() if op.numpy_slow)}")
     table = Table("eager_rows", baseline="numpy")
     for name in sorted(k for k, op in OPS.items() if op.builtin and op.result != "bool"):
         arrays = row_operands(name, n, rng)

@@ -166,3 +166,19 @@ def test_generated_functions_keep_their_signatures():
 def test_a_row_defined_twice_is_refused():
     with pytest.raises(ValueError, match="already"):
         define_builtin("exp", 1, np.exp, "exp({0})", "math.exp({0})", result="float")
+
+
+CALLS = ("math.", "np.", "_log(", "_sqrt(", "**")  # a kernel's call of a function
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_a_row_whose_kernel_calls_a_function_states_its_cost(name):
+    """Which evaluator runs a Plan follows its rows' ``cost_ns``: a row whose compiled
+    form is a function call per element (a libm call LLVM cannot vectorize here) must
+    say what it costs, or it would silently get arithmetic's (docs/cpu_kernels.md)."""
+    op = OPS[name]
+    if any(call in op.py for call in CALLS):
+        assert op.cost_ns is not None, f"{name}: state cost_ns (bench_update.py --ops)"
+    if op.cost_ns is not None:
+        kernel, numpy = op.cost_ns
+        assert kernel > 0 and numpy > 0

@@ -34,7 +34,7 @@ from ..tensor import blas
 from ..tensor import capture as recording
 from ..tensor.backends import device_backend
 from ..tensor.caches import memo_table
-from ..tensor.cpu_numpy import NUMPY_SLOW_OPS, SAVER_UFUNCS
+from ..tensor.cpu_numpy import SAVER_UFUNCS
 from ..tensor.device import CPU
 from ..tensor.engine import realize as fuse
 from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
@@ -86,7 +86,7 @@ def decision(e: Exp, op: str = "") -> str:
                 "threshold applies on the CPU)")
     if recording.active() is not None:
         return "kept lazy to fuse: a capture is recording (a replay repeats kernels only)"
-    if n < limit and op in NUMPY_SLOW_OPS and n >= COMPILED_FROM and \
+    if n < limit and op in OPS and OPS[op].numpy_slow and n >= COMPILED_FROM and \
             device_backend(CPU).name == "numba":
         return (f"computed eagerly: {n} elements, below the fusion threshold of {limit}, "
                 f"by one compiled loop (NumPy's form of {op} runs slowly; from "
@@ -319,7 +319,7 @@ def derivative_of_arrays(row: OpDef, g, arrays: tuple, needs: tuple) -> tuple:
     """``derivative`` given the operands as arrays and Python numbers, the result's
     array last (what ``Context.computed`` keeps)."""
     garr = g if type(g) is np.ndarray else as_array(g)
-    if row.name in NUMPY_SLOW_OPS:
+    if row.numpy_slow:
         found = _compiled_gradients(row, garr, arrays, needs)
         if found is not None:
             return found
@@ -401,7 +401,7 @@ def add(a, b) -> np.ndarray:
 
 # ---- ops NumPy runs slowly: one compiled loop ------------------------------------------
 
-#: Elements from which a row NumPy runs slowly (``NUMPY_SLOW_OPS``: relu, where...) is
+#: Elements from which a row NumPy runs slowly (``OpDef.numpy_slow``: relu, where...) is
 #: computed below the threshold by a compiled loop, forward and, where its rule has such
 #: an op, backward: relu forward and backward took 0.93-1.14x NumPy's time at 4096
 #: elements, 0.84-0.86x at 8192, 0.53-0.55x at 65536 (``bench_eager.py --only rows``).
@@ -443,7 +443,7 @@ def _compiled_calls(key: tuple, build: Callable, arrays: tuple) -> tuple | None:
     """The ``_Compiled`` calls (None for a value not wanted) of the values ``build``
     makes as expressions over ``arrays`` wrapped as tensors, worked out on the first
     call with ``key``; None where one does not apply. Invariant: a rule of a row in
-    ``NUMPY_SLOW_OPS`` builds the same tree for every call with the same ``key``."""
+    ``OpDef.numpy_slow`` builds the same tree for every call with the same ``key``."""
     calls = _COMPILED.get(key)
     if calls is None:
         calls = _COMPILED.keep(key, _work_out(build, arrays))
@@ -486,7 +486,7 @@ def _compile(e, tensors: list, backend) -> _Compiled | None:
 def _row_values(row: OpDef, operands: tuple):
     """``row.numpy(*operands)``; for a row NumPy runs slowly, by its compiled loop on
     arrays of ``COMPILED_FROM`` elements."""
-    if row.name in NUMPY_SLOW_OPS and _flat_arrays(operands):
+    if row.numpy_slow and _flat_arrays(operands):
         calls = _compiled_calls((row.name, "forward", *[a.dtype for a in operands]),
                                 lambda ts: (Map(row, tuple(ts)),), operands)
         if calls is not None:

@@ -29,7 +29,7 @@ The work is split by job:
   evaluator runs a Plan, and the kernels eager ops whose NumPy forms run
   slowly call on whole arrays (``flat_kernel``, ``run_flat``). Ops LLVM cannot
   vectorize here (exp, log, tanh, pow: one libm call per element) make a Plan
-  run on the NumPy evaluator from as many elements as the ``OP_COST_NS`` model
+  run on the NumPy evaluator from as many elements as their rows' ``cost_ns``
   says (``numpy_from``); argmax always, and max/min of large inputs, whose
   NaN-propagating compare does not vectorize.
 
@@ -49,7 +49,7 @@ from . import caches, numba_launch
 from .backend_contract import EvaluatorLaunch, Lowered
 from .codegen import reduce_count
 from .counters import count
-from .cpu_numpy import NUMPY_SLOW_OPS, NumpyBackend
+from .cpu_numpy import NumpyBackend
 from .kernel_cache import cache_dir  # noqa: F401 - cpu_numba.cache_dir still works
 from .numba_compile import (  # noqa: F401 - re-exported
     UserOpCompileError,
@@ -78,16 +78,12 @@ from .numba_launch import (  # noqa: F401 - re-exported
 from .numba_launch import plan_group_loops as _plan_group_loops  # noqa: F401 - tests
 from .numba_launch import reduce_loops as _reduce_loops  # noqa: F401 - tests
 from .numba_source import group_source, kernel_source, reduce_source  # noqa: F401
-from .ops import OPS, REDUCTIONS
+from .ops import ARITHMETIC_COST_NS, OPS, REDUCTIONS
 
-# Measured ns per element (float32, one core; ``benchmarks/bench_update.py --ops``)
-# for (numba kernel, NumPy block pass), and each call's fixed ns beyond its elements
-# (a statement over 16 elements, 1 to 10 ops): together they decide per Plan from how
-# many elements the NumPy evaluator runs it faster (``numpy_from``; docs/cpu_kernels.md).
-OP_COST_NS = {"exp": (3.9, 0.75), "log": (4.2, 0.75), "tanh": (17.0, 0.5),
-              "sigmoid": (8.8, 5.4), "pow": (8.8, 1.0), "where": (0.1, 6.7)}
-OTHER_OP_COST_NS = (0.05, 0.3)
-USER_OP_COST_NS = (4.0, 0.75)  # a numpy_fn is typically a ufunc or two
+# Each op's ns per element is its registry row's ``cost_ns`` (``bench_update.py --ops``);
+# with each call's fixed ns beyond its elements (a statement over 16 elements, 1 to 10
+# ops) they decide per Plan from how many elements the NumPy evaluator runs it faster
+# (``numpy_from``; docs/cpu_kernels.md).
 NUMPY_CALL_NS, NUMPY_STEP_NS, KERNEL_CALL_NS = 2000.0, 1450.0, 900.0
 #: Elements from which a max or min reduction folds with NumPy (its NaN-aware compare
 #: does not vectorize in a kernel).
@@ -111,9 +107,8 @@ def numpy_from(plan) -> float:
     if found is None:
         numba_ns = numpy_ns = 0.0
         for ins in plan.instrs:
-            op = OPS.get(ins.op)
-            user = op is not None and op.py is None
-            cost = USER_OP_COST_NS if user else OP_COST_NS.get(ins.op, OTHER_OP_COST_NS)
+            op = OPS.get(ins.op)  # None: a cast
+            cost = op.cost_ns if op is not None and op.cost_ns else ARITHMETIC_COST_NS
             numba_ns += cost[0]
             numpy_ns += cost[1]
         fixed = NUMPY_CALL_NS + NUMPY_STEP_NS * len(plan.instrs) - KERNEL_CALL_NS
@@ -171,7 +166,7 @@ def flat_kernel(plan, dtype):
     """The module of ``plan`` over unit-stride 1-D operands writing ``dtype`` -- the
     kernel the engine runs for a statement over contiguous tensors, for node/eager.py
     to call by ``run_flat`` without the engine's lowering -- where an op of ``plan`` is
-    one NumPy runs slowly (``NUMPY_SLOW_OPS``) and every op is built in; else None."""
+    one NumPy runs slowly (``OpDef.numpy_slow``) and every op is built in; else None."""
     return flat_module(plan, dtype) if _runs_flat(plan) else None
 
 
@@ -216,8 +211,9 @@ def _runs_flat(plan) -> bool:
     found = plan.compiled.get("flat")
     if found is None:
         names = [ins.op for ins in plan.instrs]
-        found = plan.compiled["flat"] = not NUMPY_SLOW_OPS.isdisjoint(names) and all(
-            name == "cast" or OPS[name].builtin for name in names)
+        ops = [OPS[name] for name in names if name != "cast"]
+        found = plan.compiled["flat"] = any(op.numpy_slow for op in ops) and all(
+            op.builtin for op in ops)
     return found
 
 

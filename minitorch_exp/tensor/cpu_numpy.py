@@ -40,14 +40,6 @@ SCRATCH_FROM = 1 << 14
 #: Each in-place saver's ufunc: its row's NumPy form (``ops.SAVER_ROWS``).
 SAVER_UFUNCS = {saver: OPS[row].numpy for saver, row in SAVER_ROWS.items()}
 
-#: Ops whose NumPy forms run far behind one compiled loop on thousands of elements, so
-#: that an eager op below the fusion threshold computes them by the loop
-#: (``cpu_numba.flat_kernel``). On 64K float32 elements the loop took 0.29x the time of
-#: NumPy's where, 0.36-0.40x of sign, 0.55x of relu (0.40-0.43x of maximum against a
-#: scalar, its form before ops.py's ``_relu``) and 0.53-0.56x of this NumPy's sqrt;
-#: 0.84x of clip, and 1.0x or more for every other row (``benchmarks/bench_eager.py
-#: --only rows``, two runs).
-NUMPY_SLOW_OPS = frozenset({"relu", "where", "sign", "sqrt"})
 
 
 def _cast_to(dtype):

@@ -58,6 +58,15 @@ class OpDef:
     #: gradients each cost a pass (``derivative`` still gives them all): backward computes
     #: only those an input needs, as PyTorch's ``needs_input_grad`` (``gradients``).
     partials: tuple[Callable, ...] | None = None
+    #: ns per float32 element of (one compiled loop, NumPy's block pass), measured by
+    #: ``benchmarks/bench_update.py --ops``: they decide from how many elements a Plan
+    #: runs faster on the NumPy evaluator (``cpu_numba.numpy_from``). None: arithmetic's
+    #: (``ARITHMETIC_COST_NS``); a row whose kernel calls a function states its own
+    #: (tests/test_op_surface.py holds every such row to it).
+    cost_ns: tuple[float, float] | None = None
+    #: Whether NumPy's form runs far behind one compiled loop on thousands of elements,
+    #: so that an op computed at once uses the loop there (``cpu_numba.flat_kernel``).
+    numpy_slow: bool = False
 
     @property
     def operands(self) -> tuple[str, ...]:
@@ -114,6 +123,8 @@ def named_function(fn: Callable, name: str, params: tuple[str, ...], doc: str,
 
 
 OPS: dict[str, OpDef] = {}
+#: ``OpDef.cost_ns`` of plain arithmetic, which both evaluators vectorize.
+ARITHMETIC_COST_NS = (0.05, 0.3)
 
 
 def define_builtin(name: str, arity: int, numpy_fn: Callable, cuda: str, py: str | None = None,
@@ -403,7 +414,7 @@ SAVER_ROWS = {"+=": "add", "-=": "sub", "*=": "mul", "/=": "div"}
 SAVERS = ("=", *SAVER_ROWS)
 
 define_builtin("pow", 2, _pow, "pow({0}, {1})", "({0} ** {1})", derivative=_d_pow,
-               operator="pow", reflected=True, check=check_power)
+               operator="pow", reflected=True, check=check_power, cost_ns=(8.8, 1.0))
 define_builtin("maximum", 2, np.maximum, _NAN_MAX, _PY_NAN_MAX, derivative=_d_maximum)
 define_builtin("minimum", 2, np.minimum, _NAN_MIN, _PY_NAN_MIN, derivative=_d_minimum)
 define_builtin("neg", 1, np.negative, "(-{0})", "(-{0})", derivative=_d_neg, operator="neg")
@@ -412,21 +423,23 @@ define_builtin("abs", 1, np.abs, "({0} < ({T})0 ? -{0} : {0})", "abs({0})", deri
 # NaN propagates through sign and relu, as in NumPy (``x != x`` only for NaN).
 define_builtin("sign", 1, np.sign,
                "({0} != {0} ? {0} : ({T})(({0} > ({T})0) - ({0} < ({T})0)))",
-               "({0} if {0} != {0} else ({0} > 0) - ({0} < 0))", derivative=_no_grad)
+               "({0} if {0} != {0} else ({0} > 0) - ({0} < 0))", derivative=_no_grad,
+               numpy_slow=True)
 define_builtin("exp", 1, np.exp, "exp({0})", "math.exp({0})", result="float",
-               derivative=_d_exp)
-define_builtin("log", 1, np.log, "log({0})", "_log({0})", result="float", derivative=_d_log)
+               derivative=_d_exp, cost_ns=(3.9, 0.75))
+define_builtin("log", 1, np.log, "log({0})", "_log({0})", result="float", derivative=_d_log,
+               cost_ns=(4.2, 0.75))
 define_builtin("sqrt", 1, np.sqrt, "sqrt({0})", "_sqrt({0})", result="float",
-               derivative=_d_sqrt)
+               derivative=_d_sqrt, cost_ns=ARITHMETIC_COST_NS, numpy_slow=True)
 define_builtin("tanh", 1, np.tanh, "tanh({0})", "math.tanh({0})", result="float",
-               derivative=_d_tanh)
+               derivative=_d_tanh, cost_ns=(17.0, 0.5))
 define_builtin(
     "sigmoid", 1, _sigmoid,
     "({0} >= ({T})0 ? ({T})1 / (({T})1 + exp(-{0})) : exp({0}) / (({T})1 + exp({0})))",
     "(1.0 / (1.0 + math.exp(-{0})) if {0} >= 0 else math.exp({0}) / (1.0 + math.exp({0})))",
-    result="float", derivative=_d_sigmoid)
+    result="float", derivative=_d_sigmoid, cost_ns=(8.8, 5.4))
 define_builtin("relu", 1, _relu, "(!({0} <= ({T})0) ? {0} : ({T})0)",
-               "({0} if not ({0} <= 0) else 0)", derivative=_d_relu)
+               "({0} if not ({0} <= 0) else 0)", derivative=_d_relu, numpy_slow=True)
 for _name, _ufunc, _sym in [("eq", np.equal, "=="), ("ne", np.not_equal, "!="),
                             ("lt", np.less, "<"), ("le", np.less_equal, "<="),
                             ("gt", np.greater, ">"), ("ge", np.greater_equal, ">=")]:
@@ -439,7 +452,8 @@ define_builtin("logical_or", 2, np.logical_or, "({0} || {1})", "({0} or {1})", r
 define_builtin("logical_not", 1, np.logical_not, "(!{0})", "(not {0})", result="bool",
                derivative=_no_grad, operator="invert")
 define_builtin("where", 3, _where, "({0} ? {1} : {2})", "({1} if {0} else {2})",
-               result="where", derivative=_d_where, params=("cond", "a", "b"))
+               result="where", derivative=_d_where, params=("cond", "a", "b"),
+               cost_ns=(0.1, 6.7), numpy_slow=True)
 define_builtin("clip", 3, _clip,
                "(" + _NAN_MIN.format(_NAN_MAX.format("{0}", "{1}"), "{2}") + ")",
                _PY_NAN_MIN.format(_PY_NAN_MAX.format("{0}", "{1}"), "{2}"), derivative=_d_clip,
@@ -467,7 +481,7 @@ def _d_erf(g, out, a):
 
 
 define_builtin("erf", 1, _erf, "erf({0})", "math.erf({0})", result="float",
-               derivative=_d_erf)
+               derivative=_d_erf, cost_ns=(14.8, 14.7))
 
 
 def _d_sin(g, out, a):
@@ -483,11 +497,11 @@ def _d_tan(g, out, a):
 
 
 define_builtin("sin", 1, np.sin, "sin({0})", "math.sin({0})", result="float",
-               derivative=_d_sin)
+               derivative=_d_sin, cost_ns=(7.1, 0.85))
 define_builtin("cos", 1, np.cos, "cos({0})", "math.cos({0})", result="float",
-               derivative=_d_cos)
+               derivative=_d_cos, cost_ns=(7.1, 0.85))
 define_builtin("tan", 1, np.tan, "tan({0})", "math.tan({0})", result="float",
-               derivative=_d_tan)
+               derivative=_d_tan, cost_ns=(14.5, 0.7))
 
 
 def _d_log1p(g, out, a):
@@ -507,11 +521,11 @@ def _d_rsqrt(g, out, a):
 
 
 define_builtin("log1p", 1, np.log1p, "log1p({0})", "np.log1p({0})", result="float",
-               derivative=_d_log1p)
+               derivative=_d_log1p, cost_ns=(13.0, 1.0))
 define_builtin("expm1", 1, np.expm1, "expm1({0})", "np.expm1({0})", result="float",
-               derivative=_d_expm1)
+               derivative=_d_expm1, cost_ns=(13.5, 0.6))
 define_builtin("rsqrt", 1, _rsqrt, "rsqrt({0})", "({T}(1) / _sqrt({0}))", result="float",
-               derivative=_d_rsqrt)
+               derivative=_d_rsqrt, cost_ns=ARITHMETIC_COST_NS)
 
 
 def _round(x, out=None):
@@ -534,7 +548,7 @@ for _name, _numpy, _c in [("floor", np.floor, "floor"), ("ceil", np.ceil, "ceil"
                           ("trunc", np.trunc, "trunc"), ("round", _round, "rint")]:
     define_builtin(_name, 1, _numpy, f"({_INTEGER} ? {{0}} : ({{T}}){_c}({{0}} * 1.0f))",
                    f"({{0}} if {{T}}(0.5) == 0 else {{T}}(np.{_c}({{0}})))",
-                   derivative=_d_flat)
+                   derivative=_d_flat, cost_ns=ARITHMETIC_COST_NS)  # vectorized as it is
 
 
 # ---- reductions ------------------------------------------------------------------
@@ -701,6 +715,10 @@ def _check_cuda_token(tok: str, snippet: str, arity: int, parens: list, previous
                          "(the comma operator is not allowed)")
 
 
+#: A user op's assumed cost (``OpDef.cost_ns``): a numpy_fn is typically a ufunc or two.
+USER_OP_COST_NS = (4.0, 0.75)
+
+
 def register_op(name: str, numpy_fn: Callable, cuda: str, *, arity: int = 1,
                 derivative: Callable | None = None, result: str = "promote",
                 py: str | None = None) -> OpDef:
@@ -735,7 +753,8 @@ def register_op(name: str, numpy_fn: Callable, cuda: str, *, arity: int = 1,
     validate_cuda_expr(cuda, arity)
     if py is not None:
         raise ValueError("py templates are for built-in ops; user ops are compiled from numpy_fn")
-    op = OpDef(name, arity, _frozen(numpy_fn), cuda, None, result, derivative, builtin=False)
+    op = OpDef(name, arity, _frozen(numpy_fn), cuda, None, result, derivative, builtin=False,
+               cost_ns=USER_OP_COST_NS)
     OPS[name] = op
     return op
 

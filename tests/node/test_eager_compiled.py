@@ -1,7 +1,7 @@
 """Rows NumPy runs slowly (relu, where, sign, sqrt) computed at once by a compiled loop.
 
 Below the fusion threshold an op runs at once (node/eager.py). For the rows whose
-NumPy forms do not vectorize (``cpu_numpy.NUMPY_SLOW_OPS``), from
+NumPy forms do not vectorize (``OpDef.numpy_slow``), from
 ``eager.COMPILED_FROM`` elements the forward and each gradient run instead as one
 call of the engine's own compiled kernel over the whole contiguous arrays
 (``cpu_numba.flat_kernel``); strided or broadcast operands, and the NumPy evaluator
@@ -22,9 +22,10 @@ from hypothesis.extra import numpy as hnp
 import minitorch_exp as mt
 from minitorch_exp.node import eager
 from minitorch_exp.tensor import cpu_numba
-from minitorch_exp.tensor.cpu_numpy import NUMPY_SLOW_OPS
+from minitorch_exp.tensor.ops import OPS
 
 SMALL_FROM = 64  # eager.COMPILED_FROM during these tests
+NUMPY_SLOW_ROWS = sorted(name for name, op in OPS.items() if op.numpy_slow)
 SPECIAL = [1.5, 0.5, -0.0, 0.0, -2.0, 1e30, -1e30, np.inf, -np.inf, np.nan, 1e-45]
 
 
@@ -85,7 +86,7 @@ def floats(dtype, n):
 # the fixture's count is cleared by the test itself before each example
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), name=st.sampled_from(sorted(NUMPY_SLOW_OPS)),
+@given(data=st.data(), name=st.sampled_from(NUMPY_SLOW_ROWS),
        dtype=st.sampled_from(["float32", "float64"]),
        n=st.integers(SMALL_FROM - 8, SMALL_FROM + 40))
 def test_compiled_at_once_gives_the_engine_s_bits_and_numpy_s_values(
