@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import minitorch_exp as mt
-from minitorch_exp.tensor import apply_op, from_numpy, register_op, unregister_op, using_cpu_backend
-from minitorch_exp.tensor.ops import OPS
+from minitorch_exp.tensor import apply_op, from_numpy, using_cpu_backend
 
 
 def _ignores_out(x, out=None):
@@ -41,28 +40,12 @@ def _returns_wrong_shape(x, out=None):
     return np.zeros(3)
 
 
-@pytest.fixture
-def dbl():
-    names = []
-
-    def register(fn):
-        name = f"dbl_{len(names)}_{fn.__name__.strip('_')}"
-        register_op(name, fn, "({0} * 2)")
-        names.append(name)
-        return name
-
-    yield register
-    for name in names:
-        if name in OPS:
-            unregister_op(name)
-
-
 @pytest.mark.parametrize("fn", [_ignores_out, _fills_out, _fills_and_returns_none,
                                 _no_out_parameter])
 @pytest.mark.parametrize("n", [7, 20000, 300_000])  # one block, NumPy-preferred, many blocks
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_result_is_right_however_numpy_fn_returns(dbl, fn, n, backend):
-    name = dbl(fn)
+def test_result_is_right_however_numpy_fn_returns(user_op, fn, n, backend):
+    name = user_op(fn)
     x = np.arange(n, dtype=np.float64)
     with using_cpu_backend(backend):
         got = apply_op(name, from_numpy(x)).numpy()
@@ -71,14 +54,14 @@ def test_result_is_right_however_numpy_fn_returns(dbl, fn, n, backend):
     np.testing.assert_array_equal(fused, x * 2 + 1)
 
 
-def test_the_node_level_op_uses_the_same_rule(dbl):
-    name = dbl(_ignores_out)
+def test_the_node_level_op_uses_the_same_rule(user_op):
+    name = user_op(_ignores_out)
     with using_cpu_backend("numpy"):
         got = mt.op(name, mt.arange(20000.0)).numpy()
     np.testing.assert_array_equal(got, np.arange(20000.0) * 2)
 
 
-def test_a_result_of_the_wrong_shape_is_an_error_naming_the_op(dbl):
-    name = dbl(_returns_wrong_shape)
+def test_a_result_of_the_wrong_shape_is_an_error_naming_the_op(user_op):
+    name = user_op(_returns_wrong_shape)
     with using_cpu_backend("numpy"), pytest.raises(ValueError, match=name):
         apply_op(name, from_numpy(np.arange(8.0))).numpy()

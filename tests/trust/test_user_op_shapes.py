@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 import minitorch_exp as mt
-from minitorch_exp.tensor import apply_op, from_numpy, register_op, unregister_op, using_cpu_backend
-from minitorch_exp.tensor.ops import OPS
+from minitorch_exp.tensor import apply_op, from_numpy, using_cpu_backend
 
 # ---- a user op's result -----------------------------------------------------------------
 
@@ -31,22 +30,6 @@ def _one_element(x, out=None):
 
 def _a_number(x, out=None):
     return 5.0
-
-
-@pytest.fixture
-def user_op():
-    names = []
-
-    def register(fn):
-        name = f"shape_{len(names)}_{fn.__name__.strip('_')}"
-        register_op(name, fn, "({0} * 2)")
-        names.append(name)
-        return name
-
-    yield register
-    for name in names:
-        if name in OPS:
-            unregister_op(name)
 
 
 def _wrong_shape_message(name: str, n: int) -> str:
