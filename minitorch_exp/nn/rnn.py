@@ -22,7 +22,7 @@ import numpy as np
 
 from ..node import ops
 from ..node.node import Node
-from ..node.views import chunk
+from ..node.views import chunk, unbind
 from ..tensor import creation
 from . import functional as F
 from . import init
@@ -81,9 +81,10 @@ def _hidden(state):
 
 def _run(step, gx: Node, state, w: _Weights, reverse: bool):
     """One direction over the sequence: gx (T, B, gates * H) -> (outputs (T, B, H), last state)."""
-    hs = [None] * gx.shape[0]
+    steps = unbind(gx, 0)  # a view per step
+    hs = [None] * len(steps)
     for t in reversed(range(len(hs))) if reverse else range(len(hs)):
-        state = step(gx[t], state, w)
+        state = step(steps[t], state, w)
         hs[t] = _hidden(state)
     return ops.stack(hs, 0), state
 
