@@ -41,12 +41,9 @@ class Conv2dFunction(Function):
         padded = im2col.pad(x, window)
         cols = im2col.im2col(padded, window)
         w = realize(weight)
-        out = realize(Dot(_grouped(w, groups), _grouped(cols, groups)))
         ctx.attrs["shapes"] = (x.shape, padded.shape)
         ctx.save_for_backward(cols, w)
-        o = w.shape[0]
-        y = out.view(o, x.shape[0], *window.out).permute(1, 0, 2, 3)
-        return y if bias is None else y + bias.reshape(1, o, 1, 1)
+        return add_bias(correlate(w, cols, window, groups, x.shape[0]), bias)
 
     @staticmethod
     def backward(ctx, g):
@@ -54,20 +51,51 @@ class Conv2dFunction(Function):
         window, groups = ctx.attrs["window"], ctx.attrs["groups"]
         x_shape, padded_shape = ctx.attrs["shapes"]
         needs = ctx.needs_input_grad
-        # G (groups, O/groups, N*OH*OW): the gradient with channels first, copied once
-        gt = _grouped(im2col.contiguous(g.permute(1, 0, 2, 3)), groups)
+        gt = channels_first(g, groups)
         gx = gw = gb = None
         if needs[0]:
-            gcols = Dot(_grouped(w, groups).transpose(-1, -2), gt)
-            padded = im2col.col2im(gcols, window, padded_shape)
-            gx = im2col.crop(padded, window, x_shape)
+            gx = scatter_columns(w, gt, window, groups, padded_shape, x_shape)
         if needs[1]:
-            gw = realize(Dot(gt, _grouped(cols, groups).transpose(-1, -2))).view(w.shape)
+            gw = weight_grad(gt, cols, groups, w.shape)
         if len(needs) == 2:
             return gx, gw
         if needs[2]:
             gb = gt.view(w.shape[0], -1).sum(1)
         return gx, gw, gb
+
+
+# ---- the three products, shared with the transposed convolution (nn/conv_transpose.py) ----
+
+def correlate(w, cols, window: im2col.Window, groups: int, batch: int):
+    """``w`` (O, C/groups, KH, KW) times the column matrix ``cols``: the (N, O, OH, OW)
+    output, a permuted view of one GEMM's (O, N*OH*OW) result (one per group)."""
+    out = realize(Dot(_grouped(w, groups), _grouped(cols, groups)))
+    return out.view(w.shape[0], batch, *window.out).permute(1, 0, 2, 3)
+
+
+def add_bias(y, bias):
+    """``y`` (N, O, ...) plus ``bias`` (O,) per channel, as a lazy add (or ``y``)."""
+    if bias is None:
+        return y
+    return y + bias.reshape(1, bias.shape[0], *(1,) * (len(y.shape) - 2))
+
+
+def channels_first(g, groups: int):
+    """``g`` (N, O, OH, OW) as G (groups, O/groups, N*OH*OW), channels first, copied once
+    (fused with whatever lazy expression ``g`` still is)."""
+    return _grouped(im2col.contiguous(g.permute(1, 0, 2, 3)), groups)
+
+
+def scatter_columns(w, gt, window: im2col.Window, groups: int, padded_shape, shape):
+    """``col2im(w.T @ G)`` cropped to ``shape``: the convolution's input gradient, and
+    the transposed convolution's output."""
+    gcols = Dot(_grouped(w, groups).transpose(-1, -2), gt)
+    return im2col.crop(im2col.col2im(gcols, window, padded_shape), window, shape)
+
+
+def weight_grad(gt, cols, groups: int, shape):
+    """``G @ cols.T`` (one GEMM per group) as a weight of ``shape``."""
+    return realize(Dot(gt, _grouped(cols, groups).transpose(-1, -2))).view(shape)
 
 
 def _grouped(t, groups: int):
@@ -185,7 +213,10 @@ def conv1d(input: Node, weight: Node, bias: Node | None = None, stride=1, paddin
 
 class _ConvNd(Module):
     """Weight (out, in/groups, *kernel) and bias, with PyTorch's default initialisation:
-    ``kaiming_uniform_(a=sqrt(5))`` for the weight, uniform(+-1/sqrt(fan_in)) for the bias."""
+    ``kaiming_uniform_(a=sqrt(5))`` for the weight, uniform(+-1/sqrt(fan_in)) for the bias.
+    A ``transposed`` convolution's weight is (in, out/groups, *kernel), as in PyTorch."""
+
+    transposed = False
 
     def __init__(self, dims: int, in_channels: int, out_channels: int, kernel_size, stride,
                  padding, dilation, groups: int, bias: bool, padding_mode: str,
@@ -207,7 +238,8 @@ class _ConvNd(Module):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.dilation, self.groups, self.padding_mode = dilation, groups, padding_mode
-        shape = (out_channels, in_channels // groups, *kernel_size)
+        shape = ((in_channels, out_channels // groups) if self.transposed else
+                 (out_channels, in_channels // groups)) + kernel_size
         self.weight = Parameter(np.empty(shape, dtype=dtype))
         self.bias = Parameter(np.empty(out_channels, dtype=dtype)) if bias else None
         self.reset_parameters(generator)
