@@ -369,7 +369,8 @@ class GradSlot:
         self.data, self.layout, self.device = data, layout, device
         self.handed = None  # a weak reference to the Storage last handed out
         #: On the CPU, this memory as an ndarray of the gradient's shape, made once: each
-        #: gradient's Tensor carries it (a view made per step cost 2.4-5 us in the step).
+        #: gradient's Tensor carries it (a view made per step showed in the step's time;
+        #: docs/eager.md, "How an op is computed at once").
         self.array = array_view(Storage(data, device), layout) if device.type == "cpu" else None
 
     def take(self, device) -> Tensor | None:

@@ -2,11 +2,12 @@
 
 OpenBLAS's own threads split a product and wait for the last of them. On a busy
 machine (other processes wanting the cores) a thread waits a timeslice for its
-partner to be scheduled, spinning meanwhile: products of an MLP's sizes ran up to 8x
-slower on two OpenBLAS threads than on one beside three busy processes per core
-(docs/eager.md). And OpenBLAS splits differently on one thread than on two, so
-its sums come out in other bits: a choice of threads that followed the machine's
-load would make a run's numbers depend on what else the machine was doing.
+partner to be scheduled, spinning meanwhile, so beside busy processes products of
+an MLP's sizes ran several times slower on two OpenBLAS threads than on one
+(docs/eager.md, "Threads on a busy machine"). And OpenBLAS splits differently on
+one thread than on two, so its sums come out in other bits: a choice of threads
+that followed the machine's load would make a run's numbers depend on what else
+the machine was doing.
 
 So BLAS itself runs on one thread here, and a plain 2-D float product may be cut
 into tiles (``_cut``), each one call of the library's own ``cblas_sgemm`` /
@@ -25,8 +26,9 @@ does the work, never the bits. numba's TBB threads steal tiles: when no other
 thread is scheduled, the caller runs every tile itself, at one thread's speed; and
 while other work fills every core (``load.busy``) the caller runs them all from
 the start, where a partner descheduled in the middle of a tile would hold it.
-Handing out tiles costs about 2 us, where waking a Python helper thread through a
-lock took 50-115 us on a 2-core VM.
+Handing tiles to numba's threads costs a small fraction of waking Python helper
+threads through a lock, which is why small products can be shared at all
+(docs/eager.md, "Threads on a busy machine", has the timings).
 
 The pool's count is the user's (``mt.set_num_threads``, ``OPENBLAS_NUM_THREADS``,
 threadpoolctl's ``threadpool_limits``), bounds the threads a product's tiles run
@@ -50,9 +52,9 @@ import numpy as np
 
 from . import environment, load
 
-#: Multiply-adds from which a product is shared between threads: on two idle cores
-#: a (32, 784) @ (784, 256) product (6.4M) takes 0.6x one thread's time in blocks
-#: (benchmarks/bench_blas.py, docs/eager.md).
+#: Multiply-adds from which a product is shared between threads in blocks: from about
+#: here blocks beat one thread on two idle cores (benchmarks/bench_blas.py; docs/eager.md,
+#: "Threads on a busy machine").
 DEFAULT_PARALLEL_MIN = 1 << 21
 #: Below this OpenBLAS itself stays on one thread: no switching needed.
 _BLAS_SERIAL_BELOW = 1 << 18
@@ -112,8 +114,9 @@ def _pool():
 class Pool:
     """The BLAS library's threads, through threadpoolctl's ``controller``; the count is
     read by OpenBLAS's own function where that answers for the pool (its pthreads
-    builds). threadpoolctl looks the function up by name at every call: 2.7 us of each
-    product's cost inside a training step, where the call itself takes 0.5."""
+    builds). threadpoolctl looks the function up by name at every call, which cost
+    several times the call itself inside a training step (docs/eager.md, "Threads on a
+    busy machine")."""
 
     def __init__(self, controller):
         self.controller = controller
@@ -214,20 +217,19 @@ def _one_of_a_batch(a, b, out):
 
 def _one_term(a, b) -> bool:
     """Whether ``a @ b`` is a column times a row (a linear layer's weight gradient at
-    batch 1): a one-term sum, which NumPy's matmul computes without BLAS, 15x slower (a
-    (512, 1) @ (1, 784) product: 464 us against 30 through ``cblas_sgemm``). It is one
-    whole tile here (``_cut``), else NumPy's broadcast multiply (``_whole``, 112 us):
-    each element is its one product either way, the same bits."""
+    batch 1): a one-term sum, which NumPy's matmul computes without BLAS, far slower
+    than one ``cblas_sgemm`` call. It is one whole tile here (``_cut``), else NumPy's
+    broadcast multiply (``_whole``), also faster than matmul: each element is its one
+    product either way, the same bits (docs/eager.md, "A one-term sum")."""
     return a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1 and b.shape[0] == 1
 
 
 def _whole(a, b, out):
     """``a @ b`` in one BLAS call. A C-ordered ``a`` times a transposed C-ordered ``b``
     -- ``x @ W.T``, a linear layer -- with a result at least twice as wide as tall is
-    computed as ``(b.T @ a.T).T``, which OpenBLAS runs up to 1.8x faster (a (32, 784)
-    @ (784, 256) product: 155 us against 221), and copied to C order, as np.matmul's
-    result is (so ``.view`` works on it). Narrower results lose that way (a (512, 64)
-    @ (64, 64) one: 129 us against 47)."""
+    computed as ``(b.T @ a.T).T``, which OpenBLAS runs faster, and copied to C order,
+    as np.matmul's result is (so ``.view`` works on it). Narrower results lose that way
+    (docs/eager.md, "Threads on a busy machine", has the products timed)."""
     if out is None and _transposed_weight(a, b) and b.shape[1] >= 2 * a.shape[0]:
         return np.ascontiguousarray(np.matmul(b.T, a.T).T)
     if _one_term(a, b):
@@ -258,13 +260,12 @@ def _cut(a, b, out, threads: int, work: int) -> tuple | None:
     * a one-term sum (``_one_term``) is one tile, the whole product;
     * small tiles (``small_tile``), where OpenBLAS has its small-matrix kernels:
       computed without packing the operands, they are cheap to share out, and the
-      caller alone runs them faster than one whole call (the products of an MLP at
-      batch 32-128: 0.8-0.95x a whole call's time on one thread, 0.4-0.5x on two;
-      ``benchmarks/bench_blas.py``);
+      caller alone runs them faster than one whole call (the products of an MLP:
+      ``benchmarks/bench_blas.py``, docs/eager.md, "Small tiles");
     * else a product of at least ``parallel_min()`` multiply-adds is cut along the
       result's longer side into one tile per thread. Each packs the operand it does
-      not cut whole, so the smaller operand is the one packed twice (``x @ W.T`` at
-      batch 128: 518 us by rows, 445 us by columns, 642 us on one thread).
+      not cut whole, so the smaller operand is the one packed twice (docs/eager.md,
+      "What the blocks cost").
     """
     one_term = _one_term(a, b)
     if work < SMALL_MIN_WORK and work < _state["min"] and not one_term:
@@ -300,15 +301,14 @@ def small_tile(rows: int, k: int, cols: int, dtype, layout: tuple[int, int]
     squares of up to 2^31 multiply-adds (docs/eager.md, "Small tiles"):
 
     * ``SMALL_TILE`` rows by ``SMALL_TILE`` columns, or 16 where 32 would pass the
-      kernels' ``SMALL_WORK``: 16-column tiles of a 1000-term sum took 0.5x the time
-      of 32-column ones, which take the packing path;
+      kernels' ``SMALL_WORK``: 32-column tiles of a long sum would take the packing
+      path, and run slower than 16-column ones;
     * products from ``SMALL_MIN_WORK`` to ``SMALL_MAX_WORK`` multiply-adds: below, the
       tiles' own cost is not won back; above, a whole call reuses its packed
-      operands over many tiles (a (1024, 256) @ (256, 1024) product took 1.3-1.9x a
-      whole call's time in small tiles);
+      operands over many tiles and beats small tiles;
     * where only the second operand is transposed (``x @ W.T``), sums of at least
-      ``SMALL_MIN_TERMS`` terms: shorter ones lost to a whole call (``(4096, 64) @
-      (64, 64)``: 1.2x its time); both transposed: never (its kernels' own rule).
+      ``SMALL_MIN_TERMS`` terms: shorter ones lost to a whole call; both transposed:
+      never (its kernels' own rule).
     """
     if dtype != np.float32 or rows <= SMALL_TILE and cols <= SMALL_TILE:
         return None
@@ -469,12 +469,11 @@ def tile_origin(t: int, rows: int, cols: int, tile_rows: int, tile_cols: int
     all of ``a``, which its cache keeps between tiles; else along each row of tiles.
     Every tile is the same CBLAS call in either order: the bits do not change.
 
-    Measured against the order along the rows, in paired blocks of steps in one
-    process (2 threads): the eager MLP step at batch 128 took 0.93x the time
-    (784-512-256-10, two runs; 784-256-10 0.94x), most of it in the optimizer's
-    update after backward (259 -> 133 us; run a second time at once, 92 us either
-    way), which reversing the row order -- swapping the threads' halves -- did not
-    change. At batch 32, on one thread and in the LeNet step: no change (0.97-1.01x).
+    Against the order along the rows, the 2-thread eager MLP step at batch 128 ran
+    faster this way, most of the gain in the optimizer's update after backward;
+    swapping which thread takes which half of the row order did not give it, and the
+    cause is not known. At batch 32 and on one thread the order makes no difference
+    (docs/eager.md, "Small tiles", has the measurement).
     """
     tall = (rows + tile_rows - 1) // tile_rows
     wide = (cols + tile_cols - 1) // tile_cols

@@ -86,7 +86,7 @@ from .ops import ARITHMETIC_COST_NS, OPS, REDUCTIONS
 # (``numpy_from``; docs/cpu_kernels.md).
 NUMPY_CALL_NS, NUMPY_STEP_NS, KERNEL_CALL_NS = 2000.0, 1450.0, 900.0
 #: Elements from which a max or min reduction folds with NumPy (its NaN-aware compare
-#: does not vectorize in a kernel).
+#: does not vectorize in a kernel; docs/cpu_kernels.md, "Reductions").
 NUMPY_FROM = 1 << 14
 
 
@@ -100,9 +100,10 @@ def __getattr__(name: str):
 def numpy_from(plan) -> float:
     """The elements from which NumPy's SIMD ufuncs, one block pass per op, beat the
     Plan's compiled kernel, whose exp, log or tanh is a scalar libm call per element
-    (inf: never). A ``tanh`` among five ops crosses over at about 300 elements, where
-    a fixed cutoff of 2^14 had kernels of 4096 elements take 7x the NumPy evaluator's
-    time; an exp among arithmetic (a softmax row) at about 3000."""
+    (inf: never). A Plan with a ``tanh`` crosses over at a few hundred elements, one
+    with an ``exp`` after a subtraction (a softmax row) at over a thousand, so no
+    fixed cutoff serves both (docs/cpu_kernels.md, "Which evaluator runs a Plan",
+    has the crossovers and what a fixed cutoff cost)."""
     found = plan.compiled.get("numpy-from")
     if found is None:
         numba_ns = numpy_ns = 0.0
@@ -192,10 +193,11 @@ def column_sums(x: np.ndarray, plan) -> np.ndarray:
     accumulators as the engine's sums are: node/eager.py's ``_fold`` for a sum over the
     rows computed at once (a bias's gradient). ``plan``: the Plan of one leaf of ``x``'s
     dtype (``result = in0``), which keeps the kernel. NumPy's ``add.reduce(x, 0,
-    dtype=float64)`` casts through buffers (3.9 us on a (64, 100) float32 gradient);
-    the engine's own kernel for a tensor summed over its rows takes 0.8. Run serially
-    it adds row after row into one row of accumulators, NumPy's order, so the bits are
-    NumPy's (one column would be a whole sum, which NumPy adds pairwise)."""
+    dtype=float64)`` casts through buffers, several times slower than the engine's own
+    kernel for a tensor summed over its rows (docs/eager.md, "How an op is computed at
+    once", has the timings). Run serially it adds row after row into one row of
+    accumulators, NumPy's order, so the bits are NumPy's (one column would be a whole
+    sum, which NumPy adds pairwise)."""
     kernel = plan.compiled.get("column-sums")
     if kernel is None:
         kernel = plan.compiled["column-sums"] = reduce_kernel(

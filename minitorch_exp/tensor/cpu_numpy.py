@@ -33,8 +33,8 @@ BLOCK = environment.whole_number("MINITORCH_BLOCK", 1 << 18, least=1, what="elem
 # Elements from which a one-block program writes its intermediates into the thread's
 # scratch buffers rather than fresh arrays. Fresh ones are cheaper below; above, each
 # call's new arrays are new pages from the allocator (page faults, then trimmed
-# again), and a 10-op program took 8-13x as long from 2^15 to 2^18 elements (239 us
-# against 45 at 2^15, 2278 against 260 at 2^18).
+# again), which made a 10-op program several times slower (docs/cpu_kernels.md, "The
+# NumPy evaluator's block size", has the timings).
 SCRATCH_FROM = 1 << 14
 
 #: Each in-place saver's ufunc: its row's NumPy form (``ops.SAVER_ROWS``).

@@ -2,10 +2,10 @@
 
 A thread that shares work waits for its partners. When every core this process may
 use already has another runnable thread to serve, a partner waits a timeslice for a
-core, and the caller waits for the partner: beside six busy processes on two cores,
-the MNIST MLP step with two threads ran at 0.75-0.78x the throughput of one thread
-(medians over 25 interleaved rounds), 0.94-0.95x with every kernel and product on the
-calling thread (docs/eager.md, "Threads on a busy machine").
+core, and the caller waits for the partner: beside busy processes the MNIST MLP step
+ran slower on two threads than on one, and most of the loss went away with every
+kernel and product on the calling thread (docs/eager.md, "Threads on a busy machine",
+has the measurements).
 
 So work whose bits do not depend on how many threads run it -- the tiles of a matrix
 product (``blas.py``), an elementwise kernel (``numba_launch.py``), each element or

@@ -148,8 +148,8 @@ def _where(c, a, b, out=None):
 def _relu(x, out=None):
     if type(x) is np.ndarray and x.ndim:
         # NumPy's maximum runs a scalar loop against a scalar 0 and its SIMD loop against
-        # an array of zeros: on 6400 float32 elements 3.0 us -> 1.2 (the zeros 0.4 more),
-        # the same IEEE maximum either way (nan stays nan, -0.0 gives 0.0)
+        # an array of zeros, faster even with the zeros made (docs/eager.md, "Rows NumPy
+        # runs slowly"); the same IEEE maximum either way (nan stays nan, -0.0 gives 0.0)
         return np.maximum(x, np.zeros(x.shape, x.dtype), out=out)
     return np.maximum(x, 0, out=out)
 
@@ -168,9 +168,9 @@ def _clip(x, lo, hi, out=None):
 def _pow(a, b, out=None):
     """``np.power`` with pow's results throughout:
 
-    * a float raised to the Python number 2 or 3 is multiplied out, as PyTorch does
-      (NumPy's float32 pow costs ~60 ns an element; ``x ** 3`` on 2000 elements took
-      120 us, PyTorch's 2 us);
+    * a float raised to the Python number 2 or 3 is multiplied out, as PyTorch does:
+      NumPy's float32 pow is a slow loop next to one or two multiplies (docs/eager.md,
+      "Rows NumPy runs slowly");
     * for a scalar exponent of 0.5 NumPy takes a square root instead, which gives nan
       at -inf and -0.0 at -0.0, where pow (the compiled kernels', and NumPy's with an
       array exponent) gives inf and 0.0: those two are put right."""
@@ -256,7 +256,8 @@ def _d_add(g, out, a, b):
 # sub, mul and div give each operand's gradient alone too (``partials``): each costs a
 # pass, and ``x * 2.0`` needs one. Their ``derivative`` calls both partials directly:
 # backward calls it for the everyday op whose operands both need a gradient, where
-# going through ``gradients``' loop over the partials cost 5% of a small chain's backward.
+# going through ``gradients``' loop over the partials showed in a small chain's backward
+# (docs/eager.md, "How an op is computed at once").
 
 def _d_passes(g, out, a, b):
     return g
@@ -353,8 +354,9 @@ def _d_sigmoid(g, out, a):
 
 def _d_relu(g, out, a):
     if type(g) is np.ndarray and np.isfinite(g).all():  # on arrays, computed at once:
-        # g times the mask is 3x faster than where, and as exact where g is finite (an
-        # infinite g times 0 would be nan); a 0 comes out signed as g, -0.0 == 0.0
+        # g times the mask is faster than where (docs/eager.md, "Rows NumPy runs slowly"),
+        # and as exact where g is finite (an infinite g times 0 would be nan); a 0 comes
+        # out signed as g, -0.0 == 0.0
         return (np.multiply(g, np.logical_not(np.less_equal(a, 0))),)
     return (_e(g).where(a <= 0, 0, g),)  # as PyTorch: nan passes the gradient on
 
