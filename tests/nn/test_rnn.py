@@ -9,6 +9,8 @@ its gate arithmetic fuses.
 from __future__ import annotations
 
 import contextlib
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +19,9 @@ from hypothesis import strategies as st
 
 import minitorch_exp as mt
 from minitorch_exp import nn
+from minitorch_exp.nn import rnn
 from minitorch_exp.node.gradcheck import gradcheck
+from minitorch_exp.node.views import unbind
 
 KINDS = {  # name -> (class name, constructor keywords)
     "rnn_tanh": ("RNN", {}),
@@ -249,7 +253,9 @@ def test_gradcheck_float64(name):
 # ---- fusion: the kernels of one step ------------------------------------------------------------
 
 def _kernels_per_step(kind: str) -> tuple[dict, dict]:
-    """Forward and backward kernels one more time step costs, by kind (threshold 0)."""
+    """Forward and backward kernels one more time step costs, by kind (threshold 0), with
+    the sequence cut into steps by one ``unbind`` (rnn._time_steps cuts it in blocks
+    first, whose number does not grow with every step)."""
     name, extra = KINDS[kind]
     layer = getattr(nn, name)(3, 5, **extra)
 
@@ -276,7 +282,8 @@ def _kernels_per_step(kind: str) -> tuple[dict, dict]:
     ("lstm", {"blas": 1, "fused": 4}, {"blas": 2, "fused": 11, "reduce": 1}),
     ("gru", {"blas": 1, "fused": 3}, {"blas": 2, "fused": 15, "reduce": 1}),
 ])
-def test_a_time_step_runs_a_fixed_number_of_kernels(kind, forward, backward):
+def test_a_time_step_runs_a_fixed_number_of_kernels(kind, forward, backward, monkeypatch):
+    monkeypatch.setattr(rnn, "_time_steps", lambda gx: unbind(gx, 0))
     fwd, bwd = _kernels_per_step(kind)
     assert {k: v for k, v in fwd.items() if k != "total"} == forward
     assert {k: v for k, v in bwd.items() if k != "total"} == backward
@@ -297,3 +304,19 @@ def test_lstm_cell_update_is_one_kernel_and_h_another():
         with mt.count_kernels() as k:
             h1.numpy()
         assert k["fused"] == k.total == 1
+
+
+# ---- the benchmark's step ---------------------------------------------------------------------
+
+def test_benchmark_steps_match_pytorchs():
+    """benchmarks/bench_rnn.py times the step it claims: without dropout, two steps of
+    ours and of PyTorch's language model leave the same parameters."""
+    pytest.importorskip("torch")
+    folder = str(Path(__file__).resolve().parents[2] / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        import bench_rnn
+        bench_rnn.check_same_steps(bench_rnn.initial_state(), bench_rnn.batches())
+    finally:
+        sys.path.remove(folder)
+        sys.modules.pop("bench_rnn", None)
