@@ -38,6 +38,7 @@ from .node.devices import device, get_default_device, set_default_device
 from .node.grad_mode import inference_mode
 from .node.graph import draw as draw_graph
 from .node.graph import to_dot
+from .node.node import from_dlpack
 from .node.ops import FUNCTIONS as _OP_FUNCTIONS
 from .node.ops import (
     cat,
@@ -56,7 +57,7 @@ from .node.ops import (
     unsqueeze,
 )
 from .node.tensor_methods import narrow
-from .serialization import load, save
+from .serialization import load, load_safetensors, save, save_safetensors
 from .tensor.backends import set_cpu_backend
 from .tensor.counters import count_kernels, kernel_counts, reset_kernel_counts, set_debug
 from .tensor.creation import manual_seed
@@ -101,6 +102,7 @@ __all__ = [
     "set_fusion_threshold", "set_num_threads", "softmax", "squeeze", "stack", "tensor",
     "to_dot", "transpose", "unregister_op", "unsqueeze", "zeros", "zeros_like",
     "device", "get_default_device", "set_default_device", "inference_mode", "narrow",
+    "from_dlpack", "load_safetensors", "save_safetensors",
     *sorted(_OP_FUNCTIONS), *sorted(_pytorch.FUNCTIONS),
     *sorted(_masks.FUNCTIONS), *sorted(_views.FUNCTIONS),
     *sorted(set(DTYPE_NAMES) - NOT_STARRED - {"float32", "float64", "int32", "int64"}),

@@ -210,6 +210,18 @@ class Node:
     def __array__(self, dtype=None, copy=None):
         return self.value.__array__(dtype, copy)
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this Node's memory, no copy; refused while it requires grad,
+        as PyTorch refuses (``.detach()`` first). See tensor/dlpack.py."""
+        if self.requires_grad:
+            raise BufferError("Can't export tensors that require gradient, use "
+                              "tensor.detach()")
+        return self.value.__dlpack__(stream=stream, max_version=max_version,
+                                     dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.value.__dlpack_device__()
+
     def item(self):
         return self.value.item()
 
@@ -517,6 +529,13 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Node:
 
 def from_numpy(arr: np.ndarray, requires_grad: bool = False) -> Node:
     return _wrap(tensor_from_numpy(arr), requires_grad)
+
+
+def from_dlpack(obj) -> Node:
+    """A Node sharing the memory of ``obj`` (NumPy, PyTorch, CuPy, JAX...), no copy, as
+    ``torch.from_dlpack``; what autograd's in-place check sees: tensor/dlpack.py."""
+    from ..tensor.dlpack import from_dlpack as tensor_from_dlpack
+    return Node(tensor_from_dlpack(obj))
 
 
 def _factory(fn):
