@@ -82,8 +82,9 @@ def _hidden(state):
 def _time_steps(gx: Node) -> list[Node]:
     """``unbind(gx, 0)``: a view per time step. Each piece's gradient is a zero tensor of
     gx's size with the piece written in, so T pieces cost T^2 / 2 step-sizes of memory
-    traffic in backward; unbinding blocks of ~sqrt(T) steps costs 2T*sqrt(T) (T=35:
-    the language model's backward 200 -> 132 ms, benchmarks/bench_rnn.py)."""
+    traffic in backward; unbinding blocks of ~sqrt(T) steps first costs 2T*sqrt(T)
+    (measured by benchmarks/bench_rnn.py). An unbind whose backward is one stack would
+    make this one unbind again."""
     block = max(1, math.isqrt(gx.shape[0]))
     return [s for part in split(gx, block, 0) for s in unbind(part, 0)]
 
