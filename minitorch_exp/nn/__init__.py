@@ -16,10 +16,12 @@ from .layers import (
     Linear,
     LogSoftmax,
     ReLU,
+from .conv_transpose import ConvTranspose1d, ConvTranspose2d
     Sequential,
     Sigmoid,
     Softmax,
     Tanh,
+    Dropout1d,
 )
 from .losses import (
     BCELoss,
@@ -31,8 +33,22 @@ from .losses import (
     SmoothL1Loss,
 )
 from .module import Module, Parameter
-from .normalization import BatchNorm1d, BatchNorm2d
-from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d
+from .pooling import (
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+)
+from .resample import (
+    PixelShuffle,
+    PixelUnshuffle,
+    Upsample,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .transformer import (
     Transformer,
@@ -55,3 +71,6 @@ __all__ = [
     "MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
     "TransformerEncoder", "TransformerEncoderLayer",
 ]
+    "AdaptiveMaxPool2d", "AvgPool1d", "ConvTranspose1d", "ConvTranspose2d", "Dropout1d",
+    "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "MaxPool1d", "PixelShuffle",
+    "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",

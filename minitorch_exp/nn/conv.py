@@ -148,6 +148,11 @@ def _check_conv(name: str, x: Node, weight: Node, bias, groups: int) -> None:
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"{name}: expected bias of shape ({weight.shape[0]},), got "
                          f"{tuple(bias.shape)}")
+    check_dtypes(name, x, weight, bias)
+
+
+def check_dtypes(name: str, x: Node, weight: Node, bias) -> None:
+    """The weight and bias have the input's dtype (a TypeError naming the one that differs)."""
     for other, what in ((weight, "weight"), (bias, "bias")):
         if other is not None and other.dtype != x.dtype:
             raise TypeError(f"{name}: input is {x.dtype.name} but {what} is "

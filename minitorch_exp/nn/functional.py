@@ -18,8 +18,18 @@ from ..tensor.creation import arange, rand
 from ..tensor.engine import realize
 from ..tensor.tensor import from_array
 from .conv import conv1d, conv2d  # noqa: F401  (F.conv2d, as in PyTorch)
-from .normalization import batch_norm  # noqa: F401
-from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
+from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: F401
+from .normalization import batch_norm, group_norm, instance_norm  # noqa: F401
+from .pooling import (  # noqa: F401
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    adaptive_max_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    max_pool1d,
+    max_pool2d,
+)
+from .resample import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401
 
 
 def relu(x: Node) -> Node:
@@ -104,6 +114,20 @@ def dropout2d(x: Node, p: float = 0.5, training: bool = True, inplace: bool = Fa
     if not training or p == 0.0:
         return x
     mask = realize(_keep_mask(x, x.shape[:2] + (1,) * (x.ndim - 2), p, generator))
+    return x * Node(mask)
+
+
+def dropout1d(x: Node, p: float = 0.5, training: bool = True, inplace: bool = False,
+              generator=None) -> Node:
+    """Zero whole channels of (N, C, L) or (C, L): each with probability ``p``; the rest
+    scaled by ``1/(1-p)``."""
+    _check_p(p)
+    if x.ndim not in (2, 3):
+        raise ValueError(f"dropout1d: expected input of shape (N, C, L) or (C, L), got "
+                         f"shape {x.shape}")
+    if not training or p == 0.0:
+        return x
+    mask = realize(_keep_mask(x, x.shape[:-1] + (1,), p, generator))
     return x * Node(mask)
 
 

@@ -114,6 +114,13 @@ class Dropout(Module):
         return f"p={self.p}"
 
 
+class Dropout1d(Dropout):
+    """Zeroes whole channels: each (sample, channel) row of (N, C, L), with probability p."""
+
+    def forward(self, x):
+        return F.dropout1d(x, self.p, self.training)
+
+
 class Dropout2d(Dropout):
     """Zeroes whole channels: each (sample, channel) plane of (N, C, H, W), with probability p."""
 
@@ -199,7 +206,7 @@ class Sequential(Module):
 
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
-                 dtype=np.float32):
+                 bias: bool = True, dtype=np.float32):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -208,7 +215,7 @@ class LayerNorm(Module):
         self.weight = self.bias = None
         if elementwise_affine:
             self.weight = Parameter(np.ones(self.normalized_shape, dtype))
-            self.bias = Parameter(np.zeros(self.normalized_shape, dtype))
+            self.bias = Parameter(np.zeros(self.normalized_shape, dtype)) if bias else None
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)

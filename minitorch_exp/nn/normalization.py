@@ -9,11 +9,15 @@ running statistics instead. The gradient comes from the ops it is made of.
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 
 from ..node import ops
 from ..node.grad_mode import no_grad
 from ..node.node import Node
+from .im2col import window_count
 from .module import Module, Parameter
 
 
@@ -45,9 +49,7 @@ def batch_norm(input: Node, running_mean: Node | None, running_var: Node | None,
         if count <= 1:
             raise ValueError(f"batch_norm: expected more than 1 value per channel when "
                              f"training, got input of shape {x.shape}")
-        mean = x.mean(axes, True)
-        centered = x - mean
-        var = (centered * centered).mean(axes, True)
+        y, mean, var = _normalize(x, axes, eps)
         with no_grad():
             if running_mean is not None:
                 _update(running_mean, mean, momentum)
@@ -57,14 +59,91 @@ def batch_norm(input: Node, running_mean: Node | None, running_var: Node | None,
         if running_mean is None or running_var is None:
             raise ValueError("batch_norm: evaluation (training=False) needs running_mean and "
                              "running_var")
-        centered = x - ops.reshape(running_mean, stat_shape)
-        var = ops.reshape(running_var, stat_shape)
-    y = centered / ops.sqrt(var + eps)
+        y = (x - ops.reshape(running_mean, stat_shape)) / ops.sqrt(
+            ops.reshape(running_var, stat_shape) + eps)
+    return _affine(y, weight, bias, stat_shape)
+
+
+def _normalize(x: Node, axes: tuple[int, ...], eps: float) -> tuple[Node, Node, Node]:
+    """``(x - mean) / sqrt(var + eps)`` over ``axes`` (biased variance), with the mean and
+    variance (kept dims): the statistics step every normalization shares."""
+    mean = ops.mean(x, axes, True)
+    centered = x - mean
+    var = ops.mean(centered * centered, axes, True)
+    return centered / ops.sqrt(var + eps), mean, var
+
+
+def _affine(y: Node, weight, bias, shape) -> Node:
+    """``y * weight + bias`` with each (when given) reshaped to ``shape``."""
     if weight is not None:
-        y = y * ops.reshape(weight, stat_shape)
+        y = y * ops.reshape(weight, shape)
     if bias is not None:
-        y = y + ops.reshape(bias, stat_shape)
+        y = y + ops.reshape(bias, shape)
     return y
+
+
+def group_norm(input: Node, num_groups: int, weight: Node | None = None,  # noqa: A002
+               bias: Node | None = None, eps: float = 1e-5) -> Node:
+    """PyTorch's ``F.group_norm``: (N, C, *) normalized over each group of ``C/num_groups``
+    channels and all positions, then scaled and shifted per channel."""
+    x = ops.as_node(input)
+    if x.ndim < 2 or x.shape[1] % num_groups:
+        raise ValueError(f"group_norm: expected input (N, C, *) with C divisible by "
+                         f"num_groups={num_groups}, got shape {x.shape}")
+    grouped = ops.reshape(x, x.shape[0], num_groups, -1)
+    y = ops.reshape(_normalize(grouped, (2,), eps)[0], x.shape)
+    return _affine(y, weight, bias, (1, x.shape[1]) + (1,) * (x.ndim - 2))
+
+
+def instance_norm(input: Node, running_mean: Node | None = None,  # noqa: A002
+                  running_var: Node | None = None, weight: Node | None = None,
+                  bias: Node | None = None, use_input_stats: bool = True, momentum=0.1,
+                  eps: float = 1e-5) -> Node:
+    """PyTorch's ``F.instance_norm``: each (sample, channel) of (N, C, *) normalized over
+    its positions. Running statistics, when given, move toward the batch's average of
+    the instances' mean and unbiased variance; ``use_input_stats=False`` normalizes by them."""
+    x = ops.as_node(input)
+    stat_shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ValueError("instance_norm: use_input_stats=False needs running_mean and "
+                             "running_var")
+        y = (x - ops.reshape(running_mean, stat_shape)) / ops.sqrt(
+            ops.reshape(running_var, stat_shape) + eps)
+        return _affine(y, weight, bias, stat_shape)
+    count = math.prod(x.shape[2:])
+    if count <= 1:
+        raise ValueError(f"instance_norm: expected more than 1 spatial element when "
+                         f"training, got input of shape {x.shape}")
+    y, mean, var = _normalize(x, tuple(range(2, x.ndim)), eps)
+    with no_grad():
+        if running_mean is not None:
+            _update(running_mean, ops.mean(mean, 0), momentum)
+        if running_var is not None:
+            _update(running_var, ops.mean(var, 0) * (count / (count - 1)), momentum)
+    return _affine(y, weight, bias, stat_shape)
+
+
+class GroupNorm(Module):
+    """``nn.GroupNorm(num_groups, num_channels, eps, affine)``: weight and bias per channel."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
+                 affine: bool = True, dtype=np.float32):
+        super().__init__()
+        num_groups = window_count(num_groups, "num_groups", where="GroupNorm")
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels={num_channels} must be divisible by "
+                             f"num_groups={num_groups}")
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+        self.affine = affine
+        self.weight = Parameter(np.ones(num_channels, dtype)) if affine else None
+        self.bias = Parameter(np.zeros(num_channels, dtype)) if affine else None
+
+    def forward(self, x):
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
 class _BatchNorm(Module):
@@ -120,5 +199,46 @@ class BatchNorm1d(_BatchNorm):
 
 class BatchNorm2d(_BatchNorm):
     """Over (N, C, H, W): statistics per channel ``C``."""
+
+    ndims = (4,)
+
+
+class _InstanceNorm(_BatchNorm):
+    """PyTorch's ``_InstanceNorm``: ``_BatchNorm``'s parameters and buffers with other
+    defaults (``affine=False``, ``track_running_stats=False``); statistics per instance."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = False, track_running_stats: bool = False, dtype=np.float32):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, dtype)
+
+    def forward(self, x):
+        x = ops.as_node(x)
+        name, dims = type(self).__name__, self.ndims[0]
+        if x.ndim not in (dims - 1, dims):
+            shape = "(N, C, L) or (C, L)" if dims == 3 else "(N, C, H, W) or (C, H, W)"
+            raise ValueError(f"{name}: expected input of shape {shape}, got shape {x.shape}")
+        if x.ndim < dims:  # unbatched (C, *): a batch of one
+            return ops.squeeze(self.forward(ops.unsqueeze(x, 0)), 0)
+        if x.shape[1] != self.num_features:
+            if self.affine:
+                raise ValueError(f"{name}: expected input with {self.num_features} channels "
+                                 f"(num_features), got shape {x.shape} with {x.shape[1]}")
+            warnings.warn(f"{name}: input has {x.shape[1]} channels but num_features is "
+                          f"{self.num_features}; num_features is not used without affine",
+                          UserWarning, stacklevel=2)
+        # as PyTorch: num_batches_tracked stays, and momentum=None moves nothing
+        use_input_stats = self.training or not self.track_running_stats
+        return instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                             use_input_stats, self.momentum or 0.0, self.eps)
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Over (N, C, L) or (C, L): statistics per (sample, channel)."""
+
+    ndims = (3,)
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Over (N, C, H, W) or (C, H, W): statistics per (sample, channel)."""
 
     ndims = (4,)

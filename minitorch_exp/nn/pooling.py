@@ -27,6 +27,7 @@ from ..tensor.expr import apply_op
 from ..tensor.tensor import from_array
 from . import im2col
 from .module import Module
+from .resample import separable
 
 #: Offsets combined per statement: longer chains (big kernels) go in several passes.
 CHUNK = 16
@@ -176,10 +177,16 @@ def _divisor(window: im2col.Window, shape, count_include_pad: bool, divisor_over
 def max_pool2d(input: Node, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                ceil_mode: bool = False, return_indices: bool = False) -> Node:
     """PyTorch's ``F.max_pool2d`` (input padded with -inf; ``stride`` defaults to the kernel)."""
+    return _max_pool("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def _max_pool(name: str, x: Node, kernel_size, stride, padding, dilation, ceil_mode: bool,
+              return_indices: bool) -> Node:
     if return_indices:
-        raise NotImplementedError("max_pool2d: return_indices=True is not supported")
-    window = _window("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode)
-    return MaxPool2dFunction.apply(input, window=window)
+        raise NotImplementedError(f"{name}: return_indices=True is not supported")
+    window = _window(name, x, kernel_size, stride, padding, dilation, ceil_mode)
+    return MaxPool2dFunction.apply(x, window=window)
 
 
 @_batched
@@ -187,10 +194,15 @@ def avg_pool2d(input: Node, kernel_size, stride=None, padding=0,  # noqa: A002
                ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override=None) -> Node:
     """PyTorch's ``F.avg_pool2d`` (zeros padding; ``count_include_pad`` counts it)."""
-    window = _window("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)
-    divisor = _divisor(window, input.shape, count_include_pad, divisor_override, input.dtype,
-                       input.device)
-    return AvgPool2dFunction.apply(input, window=window, divisor=divisor)
+    return _avg_pool("avg_pool2d", input, kernel_size, stride, padding, ceil_mode,
+                     count_include_pad, divisor_override)
+
+
+def _avg_pool(name: str, x: Node, kernel_size, stride, padding, ceil_mode: bool,
+              count_include_pad: bool, divisor_override) -> Node:
+    window = _window(name, x, kernel_size, stride, padding, 1, ceil_mode)
+    divisor = _divisor(window, x.shape, count_include_pad, divisor_override, x.dtype, x.device)
+    return AvgPool2dFunction.apply(x, window=window, divisor=divisor)
 
 
 def _adaptive_matrix(n: int, out: int, dtype) -> np.ndarray:
@@ -209,20 +221,105 @@ def adaptive_avg_pool2d(input: Node, output_size) -> Node:  # noqa: A002
     Bins that tile the input evenly are an ``avg_pool2d``; otherwise the average is
     separable, ``P_h @ x @ P_w.T`` with fixed averaging matrices, two products.
     """
-    if input.ndim != 4:
-        raise ValueError(f"adaptive_avg_pool2d: expected input of shape (N, C, H, W) or "
-                         f"(C, H, W), got shape {input.shape}")
-    sizes = (output_size, output_size) if output_size is None or isinstance(
-        output_size, int) else tuple(output_size)
-    h, w = input.shape[-2:]
-    oh, ow = (n if o is None else o for o, n in zip(sizes, (h, w)))
-    if oh < 1 or ow < 1:
-        raise ValueError(f"adaptive_avg_pool2d: output_size must be positive, got {output_size}")
+    (h, w), (oh, ow) = input.shape[-2:], _adaptive_out("adaptive_avg_pool2d", input,
+                                                        output_size)
     if h % oh == 0 and w % ow == 0:
         return avg_pool2d(input, (h // oh, w // ow))
-    rows = ops.as_node(_adaptive_matrix(h, oh, input.dtype)).to(input.device)
-    cols = ops.as_node(_adaptive_matrix(w, ow, input.dtype).T.copy()).to(input.device)
-    return ops.matmul(ops.matmul(rows, input), cols)
+    return separable(input, [_adaptive_matrix(h, oh, input.dtype),
+                             _adaptive_matrix(w, ow, input.dtype)])
+
+
+def _adaptive_out(name: str, x: Node, output_size) -> tuple[int, int]:
+    """An adaptive pooling's ``output_size`` (an int, or a pair whose None keeps the
+    input's size) as a pair of positive ints, checked by the shared validator."""
+    if x.ndim != 4:
+        raise ValueError(f"{name}: expected input of shape (N, C, H, W) or (C, H, W), got "
+                         f"shape {x.shape}")
+    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
+    if len(sizes) == 2:
+        sizes = tuple(n if o is None else o for o, n in zip(sizes, x.shape[-2:]))
+    return im2col.window_sizes(sizes, "output_size", where=name)
+
+
+def _bins(n: int, out: int) -> np.ndarray:
+    """(out, K) input positions of PyTorch's adaptive bins ``[floor(i*n/out),
+    ceil((i+1)*n/out))``, each padded to the widest ``K`` by repeating its last position."""
+    start = np.arange(out) * n // out
+    end = -(-(np.arange(1, out + 1) * n) // out)
+    k = int((end - start).max())
+    return np.minimum(start[:, None] + np.arange(k), end[:, None] - 1)
+
+
+@_batched
+def adaptive_max_pool2d(input: Node, output_size, return_indices: bool = False) -> Node:  # noqa: A002
+    """PyTorch's ``F.adaptive_max_pool2d``: the maximum over each adaptive bin.
+
+    Even bins are a ``max_pool2d``. Uneven ones are gathered first into a tensor of
+    equal (OH*KH, OW*KW) blocks -- a bin narrower than ``K`` repeats its last element,
+    after the original, so the first maximum is still PyTorch's -- then max-pooled
+    block by block; the gather's backward adds each gradient back to its element.
+    """
+    name = "adaptive_max_pool2d"
+    (h, w), (oh, ow) = input.shape[-2:], _adaptive_out(name, input, output_size)
+    if h % oh == 0 and w % ow == 0:
+        return _max_pool(name, input, (h // oh, w // ow), None, 0, 1, False, return_indices)
+    rows, cols = _bins(h, oh), _bins(w, ow)
+    blocks = ops.getitem(input, (slice(None), slice(None), rows.reshape(-1, 1),
+                                 cols.reshape(1, -1)))
+    return _max_pool(name, blocks, (rows.shape[1], cols.shape[1]), None, 0, 1, False,
+                     return_indices)
+
+
+# ---- 1-D forms: a 2-D pooling over a height of one ------------------------------------------
+
+def _lift(name: str, input, kernel_size, stride, padding, dilation=1):
+    """A 1-D pooling's input (N, C, L) or (C, L) with a height of one, and its arguments
+    as pairs (each checked as one int by the shared validator, named for ``name``)."""
+    x = ops.as_node(input)
+    if x.ndim not in (2, 3):
+        raise ValueError(f"{name}: expected input of shape (N, C, L) or (C, L), got shape "
+                         f"{x.shape}")
+    return (ops.unsqueeze(x, -2), *_sizes_1d(name, kernel_size, stride, padding, dilation))
+
+
+def _sizes_1d(name: str, kernel_size, stride, padding, dilation=1):
+    """A 1-D pooling's (kernel, stride, padding, dilation), each one int, as 2-D pairs."""
+    (k,), (p,), (d,) = (im2col.window_sizes(v, what, 1, least, name) for v, what, least in
+                        ((kernel_size, "kernel_size", 1), (padding, "padding", 0),
+                         (dilation, "dilation", 1)))
+    unset = stride is None or (isinstance(stride, list) and not stride)
+    (s,) = (k,) if unset else im2col.window_sizes(stride, "stride", 1, where=name)
+    return (1, k), (1, s), (0, p), (1, d)
+
+
+def _unbatched_2d(fn, name: str, x: Node, *args) -> Node:
+    """``fn(name, x, ...)`` on (N, C, 1, L) or, for an unbatched (C, 1, L), on a batch of one."""
+    if x.ndim == 3:
+        return ops.squeeze(fn(name, ops.unsqueeze(x, 0), *args), 0)
+    return fn(name, x, *args)
+
+
+def max_pool1d(input: Node, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+               ceil_mode: bool = False, return_indices: bool = False) -> Node:
+    """PyTorch's ``F.max_pool1d`` over (N, C, L) or (C, L)."""
+    x, k, s, p, d = _lift("max_pool1d", input, kernel_size, stride, padding, dilation)
+    out = _unbatched_2d(_max_pool, "max_pool1d", x, k, s, p, d, ceil_mode, return_indices)
+    return ops.squeeze(out, -2)
+
+
+def avg_pool1d(input: Node, kernel_size, stride=None, padding=0,  # noqa: A002
+               ceil_mode: bool = False, count_include_pad: bool = True) -> Node:
+    """PyTorch's ``F.avg_pool1d`` over (N, C, L) or (C, L)."""
+    x, k, s, p, _ = _lift("avg_pool1d", input, kernel_size, stride, padding)
+    out = _unbatched_2d(_avg_pool, "avg_pool1d", x, k, s, p, ceil_mode, count_include_pad, None)
+    return ops.squeeze(out, -2)
+
+
+def adaptive_avg_pool1d(input: Node, output_size) -> Node:  # noqa: A002
+    """PyTorch's ``F.adaptive_avg_pool1d`` over (N, C, L) or (C, L)."""
+    x = ops.as_node(input)
+    (size,) = output_size if isinstance(output_size, (tuple, list)) else (output_size,)
+    return ops.squeeze(adaptive_avg_pool2d(ops.unsqueeze(x, -2), (1, size)), -2)
 
 
 # ---- modules ------------------------------------------------------------------------------
@@ -279,3 +376,56 @@ class AdaptiveAvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool2d(Module):
+    """``nn.AdaptiveMaxPool2d``: the maximum over PyTorch's bins for an ``output_size``."""
+
+    def __init__(self, output_size, return_indices: bool = False):
+        super().__init__()
+        self.output_size, self.return_indices = output_size, return_indices
+
+    def forward(self, x):
+        return adaptive_max_pool2d(x, self.output_size, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class MaxPool1d(Module):
+    """``nn.MaxPool1d``: the maximum of each window of (N, C, L) (``stride``: the kernel's)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
+                 return_indices: bool = False, ceil_mode: bool = False):
+        super().__init__()
+        _sizes_1d("MaxPool1d", kernel_size, stride, padding, dilation)
+        stride = kernel_size if stride is None else stride
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
+
+    def forward(self, x):
+        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                          self.ceil_mode, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool1d(Module):
+    """``nn.AvgPool1d``: the mean of each window of (N, C, L) (``stride``: the kernel's)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True):
+        super().__init__()
+        _sizes_1d("AvgPool1d", kernel_size, stride, padding)
+        stride = kernel_size if stride is None else stride
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, x):
+        return avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                          self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"

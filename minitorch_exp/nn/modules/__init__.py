@@ -8,12 +8,15 @@ from . import (
     conv,
     dropout,
     flatten,
+    instancenorm,
     linear,
     loss,
     module,
     normalization,
+    pixelshuffle,
     pooling,
     sparse,
+    upsampling,
 )
 from .activation import *  # noqa: F403
 from .batchnorm import *  # noqa: F403
@@ -21,12 +24,16 @@ from .container import *  # noqa: F403
 from .conv import *  # noqa: F403
 from .dropout import *  # noqa: F403
 from .flatten import *  # noqa: F403
+from .instancenorm import *  # noqa: F403
 from .linear import *  # noqa: F403
 from .loss import *  # noqa: F403
 from .module import *  # noqa: F403
 from .normalization import *  # noqa: F403
+from .pixelshuffle import *  # noqa: F403
 from .pooling import *  # noqa: F403
 from .sparse import *  # noqa: F403
+from .upsampling import *  # noqa: F403
 
 __all__ = [name for m in (activation, batchnorm, container, conv, dropout, flatten, linear,
-                          loss, module, normalization, pooling, sparse) for name in m.__all__]
+                          loss, module, normalization, pooling, sparse, instancenorm,
+                          pixelshuffle, upsampling) for name in m.__all__]

@@ -1,5 +1,5 @@
 """PyTorch's ``torch.nn.modules.dropout``."""
 
-from ..layers import Dropout, Dropout2d
+from ..layers import Dropout, Dropout1d, Dropout2d
 
-__all__ = ["Dropout", "Dropout2d"]
+__all__ = ["Dropout", "Dropout1d", "Dropout2d"]

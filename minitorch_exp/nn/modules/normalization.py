@@ -1,5 +1,6 @@
 """PyTorch's ``torch.nn.modules.normalization``."""
 
 from ..layers import LayerNorm
+from ..normalization import GroupNorm
 
-__all__ = ["LayerNorm"]
+__all__ = ["GroupNorm", "LayerNorm"]

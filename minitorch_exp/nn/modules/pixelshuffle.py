@@ -1,0 +1,5 @@
+"""PyTorch's ``torch.nn.modules.pixelshuffle``."""
+
+from ..resample import PixelShuffle, PixelUnshuffle
+
+__all__ = ["PixelShuffle", "PixelUnshuffle"]
