@@ -16,8 +16,9 @@ never unpickled) whose root is :func:`encode`'s description of the model:
   a value (``activation=F.relu``) is ``{"t": "global", "ref": [module, qualname]}``.
 
 Loading (:func:`decode`) first checks the whole description and resolves every
-name, then builds. A name resolves only if it is allowed -- a Module subclass or a
-function defined in ``minitorch_exp.nn``, or an object the caller registered
+name, then builds. A name resolves only if it is allowed -- a Module subclass defined in
+``minitorch_exp.nn``, a function of ``minitorch_exp.nn.functional``
+(``F.relu`` as an activation), or an object the caller registered
 with :func:`add_safe_globals` / :func:`safe_globals` -- and only by lookup in a
 module that is already imported (``sys.modules``, then ``__dict__`` entries; no
 ``getattr``, so no module ``__getattr__`` runs). Nothing is imported and nothing
@@ -48,6 +49,7 @@ __all__ = ["FORMAT", "UnsafeGlobalError", "add_safe_globals", "clear_safe_global
 FORMAT = "minitorch_exp.module"
 VERSION = 1
 _ALLOWED_PACKAGE = "minitorch_exp.nn"
+_FUNCTIONS = "minitorch_exp.nn.functional"  # the only functions allowed unasked
 _PLAIN = (bool, int, float, str, type(None))
 
 #: (module, qualname) -> the object the caller allowed.
@@ -296,12 +298,12 @@ class _Decoder:
                                         f"exists in an imported module (loading imports "
                                         f"nothing), found {module}.{qualname}")
             obj = namespace[part]
-        allowed = isinstance(obj, types.FunctionType) or (
-            isinstance(obj, type) and issubclass(obj, Module))
+        allowed = (isinstance(obj, type) and issubclass(obj, Module)) or (
+            isinstance(obj, types.FunctionType) and module == _FUNCTIONS and "." not in qualname)
         if not allowed or obj.__module__ != module or obj.__qualname__ != qualname:
-            raise UnsafeGlobalError(f"{self.path}: at {where}: expected a Module subclass or "
-                                    f"a function defined as {module}.{qualname}, found "
-                                    f"{type(obj).__name__} {obj!r}"[:300])
+            raise UnsafeGlobalError(f"{self.path}: at {where}: expected a Module subclass of "
+                                    f"{_ALLOWED_PACKAGE} or a function of {_FUNCTIONS}, found "
+                                    f"{module}.{qualname}, a {type(obj).__name__}; {hint}")
         return obj
 
     def module(self, node: dict, where: str, build: bool) -> Any:
