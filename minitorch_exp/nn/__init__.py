@@ -4,10 +4,12 @@ from . import functional, init, modules, optim, parallel, utils
 from .attention import MultiheadAttention
 from .containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv1d, Conv2d
+from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .data import DataLoader, Dataset, DistributedSampler, TensorDataset
 from .layers import (
     GELU,
     Dropout,
+    Dropout1d,
     Dropout2d,
     Embedding,
     Flatten,
@@ -16,12 +18,10 @@ from .layers import (
     Linear,
     LogSoftmax,
     ReLU,
-from .conv_transpose import ConvTranspose1d, ConvTranspose2d
     Sequential,
     Sigmoid,
     Softmax,
     Tanh,
-    Dropout1d,
 )
 from .losses import (
     BCELoss,
@@ -61,6 +61,9 @@ from .transformer import (
 __all__ = [
     "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d",
     "Dropout2d", "Embedding", "MaxPool2d",
+    "AdaptiveMaxPool2d", "AvgPool1d", "ConvTranspose1d", "ConvTranspose2d", "Dropout1d",
+    "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "MaxPool1d", "PixelShuffle",
+    "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     "GELU", "CrossEntropyLoss", "DataLoader", "Dataset", "DistributedSampler", "Dropout",
     "Flatten", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "NLLLoss",
     "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "TensorDataset",
@@ -71,6 +74,3 @@ __all__ = [
     "MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
     "TransformerEncoder", "TransformerEncoderLayer",
 ]
-    "AdaptiveMaxPool2d", "AvgPool1d", "ConvTranspose1d", "ConvTranspose2d", "Dropout1d",
-    "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "MaxPool1d", "PixelShuffle",
-    "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
