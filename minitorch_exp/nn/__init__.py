@@ -1,6 +1,18 @@
 """nn: modules, layers, losses, initialisation, optimizers and data loading."""
 
 from . import functional, init, modules, optim, parallel, utils
+from .activations import (
+    ELU,
+    SELU,
+    Hardswish,
+    Hardtanh,
+    LogSigmoid,
+    Mish,
+    PReLU,
+    ReLU6,
+    SiLU,
+    Softplus,
+)
 from .attention import MultiheadAttention
 from .containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv1d, Conv2d
@@ -26,11 +38,16 @@ from .layers import (
 from .losses import (
     BCELoss,
     BCEWithLogitsLoss,
+    CosineEmbeddingLoss,
     CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
     L1Loss,
+    MarginRankingLoss,
     MSELoss,
     NLLLoss,
     SmoothL1Loss,
+    TripletMarginLoss,
 )
 from .module import Module, Parameter
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d
@@ -73,4 +90,7 @@ __all__ = [
     "GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase",
     "MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
     "TransformerEncoder", "TransformerEncoderLayer",
+    "ELU", "SELU", "Hardswish", "Hardtanh", "LogSigmoid", "Mish", "PReLU", "ReLU6", "SiLU",
+    "Softplus", "CosineEmbeddingLoss", "HuberLoss", "KLDivLoss", "MarginRankingLoss",
+    "TripletMarginLoss",
 ]

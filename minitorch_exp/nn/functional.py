@@ -394,9 +394,9 @@ def binary_cross_entropy_with_logits(input: Node, target, weight=None, *,  # noq
     from the logits stably, as PyTorch's: with ``p = pos_weight`` (1 by default),
     ``(1 - y) x + (1 + (p - 1) y) (log(1 + exp(-|x|)) + max(-x, 0))``."""
     y = _target_like(input, target, "binary_cross_entropy_with_logits")
-    softplus = ops.log(ops.exp(-abs(input)) + 1.0) + ops.relu(-input)  # log(1 + exp(-x))
+    log_1pe = ops.log(ops.exp(-abs(input)) + 1.0) + ops.relu(-input)  # log(1 + exp(-x))
     scale = 1.0 if pos_weight is None else (pos_weight - 1.0) * y + 1.0
-    return _weighted((1.0 - y) * input + scale * softplus, weight, reduction)
+    return _weighted((1.0 - y) * input + scale * log_1pe, weight, reduction)
 
 
 def binary_cross_entropy(input: Node, target, weight=None, *,  # noqa: A002
@@ -409,4 +409,24 @@ def binary_cross_entropy(input: Node, target, weight=None, *,  # noqa: A002
     return _weighted(-(y * log_p + (1.0 - y) * log_q), weight, reduction)
 
 
+from .activations import (  # noqa: E402,F401  (issue 41)
+    elu,
+    hardswish,
+    hardtanh,
+    logsigmoid,
+    mish,
+    prelu,
+    relu6,
+    selu,
+    silu,
+    softplus,
+)
 from .attention import scaled_dot_product_attention  # noqa: E402,F401  (needs the above)
+from .loss_functions import (  # noqa: E402,F401  (needs _reduce above)
+    cosine_embedding_loss,
+    huber_loss,
+    kl_div,
+    margin_ranking_loss,
+    pairwise_distance,
+    triplet_margin_loss,
+)

@@ -76,3 +76,62 @@ class BCELoss(Module):
 
     def forward(self, input, target):  # noqa: A002
         return F.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+
+
+# ---- issue 41: distribution, robust and embedding losses -------------------------------
+
+def _no_deprecated(name: str, size_average, reduce) -> None:
+    if size_average is not None or reduce is not None:
+        raise TypeError(f"{name}: size_average and reduce are deprecated in PyTorch and not "
+                        "supported here; use reduction=")
+
+
+class KLDivLoss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean",
+                 log_target: bool = False):
+        super().__init__()
+        _no_deprecated(type(self).__name__, size_average, reduce)
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input, target):  # noqa: A002
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
+class HuberLoss(Module):
+    def __init__(self, reduction: str = "mean", delta: float = 1.0):
+        super().__init__()
+        self.reduction, self.delta = reduction, delta
+
+    def forward(self, input, target):  # noqa: A002
+        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class MarginRankingLoss(Module):
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None,
+                 reduction: str = "mean"):
+        super().__init__()
+        _no_deprecated(type(self).__name__, size_average, reduce)
+        self.margin, self.reduction = margin, reduction
+
+    def forward(self, input1, input2, target):
+        return F.margin_ranking_loss(input1, input2, target, margin=self.margin,
+                                     reduction=self.reduction)
+
+
+class CosineEmbeddingLoss(MarginRankingLoss):
+    def forward(self, input1, input2, target):
+        return F.cosine_embedding_loss(input1, input2, target, margin=self.margin,
+                                       reduction=self.reduction)
+
+
+class TripletMarginLoss(Module):
+    def __init__(self, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6,
+                 swap: bool = False, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__()
+        _no_deprecated(type(self).__name__, size_average, reduce)
+        self.margin, self.p, self.eps, self.swap = margin, p, eps, swap
+        self.reduction = reduction
+
+    def forward(self, anchor, positive, negative):
+        return F.triplet_margin_loss(anchor, positive, negative, margin=self.margin, p=self.p,
+                                     eps=self.eps, swap=self.swap, reduction=self.reduction)
