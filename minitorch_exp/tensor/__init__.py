@@ -35,6 +35,7 @@ from .tensor import Tensor, from_array, from_numpy, tensor
 
 # isort: split
 # Last, once the core exists; it hands Exp.explain and the debug printers over.
+from . import dlpack as _dlpack  # noqa: E402, F401  (it installs Tensor.__dlpack__)
 from . import explain as _explain  # noqa: E402, F401
 from .masks import FUNCTIONS as _MASK_FUNCTIONS  # noqa: E402
 from .slicing import FUNCTIONS as _SLICING_FUNCTIONS  # noqa: E402

@@ -132,3 +132,15 @@ def from_dlpack(obj) -> Tensor:
     t = from_array(arr, CPU)
     t.storage.shared = True  # the producer can still write it: see Storage.shared
     return t
+
+
+def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """A DLPack capsule of this tensor's memory, no copy (tensor/dlpack.py)."""
+    return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                     copy=copy)
+
+
+# Installed from here, so that tensor.py need not import this module (no import circle:
+# tests/tensor/test_import_layers.py); tensor/__init__.py imports it.
+Tensor.__dlpack__ = _dlpack
+Tensor.__dlpack_device__ = dlpack_device

@@ -121,16 +121,6 @@ class Tensor(Exp):
         self._array = (data, arr)
         return arr
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """A DLPack capsule of this tensor's memory, no copy (tensor/dlpack.py)."""
-        from .dlpack import to_dlpack
-        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
-                         copy=copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        from .dlpack import dlpack_device
-        return dlpack_device(self)
-
     def __array__(self, dtype=None, copy=None):
         arr = self.numpy()
         if dtype is not None and arr.dtype != dtype:
