@@ -74,16 +74,16 @@ def _out_sizes(in_hw, kernel, stride, padding, dilation, output_padding) -> tupl
                  zip(in_hw, kernel, stride, padding, dilation, output_padding))
 
 
-def output_padding_for(name: str, output_size, in_hw, kernel, stride, padding,
+def output_padding_for(name: str, output_size, in_shape, kernel, stride, padding,
                        dilation) -> tuple[int, ...]:
-    """The ``output_padding`` that makes the output ``output_size`` (its last ``len(in_hw)``
-    entries count), as PyTorch's module forward computes it; a size out of reach of
-    ``[smallest, smallest + stride - 1]`` is a ValueError naming both ends."""
-    dims = len(in_hw)
-    sizes = tuple(output_size)[-dims:]
-    if len(tuple(output_size)) not in (dims, dims + 1, dims + 2):
-        raise ValueError(f"{name}: output_size must have {dims} or {dims + 2} elements "
-                         f"(got {len(tuple(output_size))})")
+    """The ``output_padding`` that makes the output ``output_size`` (the spatial sizes, or
+    as many as ``in_shape`` has), as PyTorch's module forward computes it; a size out of
+    reach of ``[smallest, smallest + stride - 1]`` is a ValueError naming both ends."""
+    dims, given = len(kernel), tuple(output_size)
+    if len(given) not in (dims, len(in_shape)):
+        raise ValueError(f"{name}: for input of shape {tuple(in_shape)}, output_size must "
+                         f"have {dims} or {len(in_shape)} elements (got {len(given)})")
+    sizes, in_hw = given[-dims:], in_shape[-dims:]
     least = _out_sizes(in_hw, kernel, stride, padding, dilation, (0,) * dims)
     for size, lo, s in zip(sizes, least, stride):
         if not lo <= size <= lo + s - 1:
@@ -202,8 +202,7 @@ class _ConvTransposeNd(_ConvNd):
     def _output_padding(self, x: Node, output_size) -> tuple[int, ...]:
         if output_size is None:
             return self.output_padding
-        in_hw = x.shape[-self.dims:]
-        return output_padding_for(type(self).__name__, output_size, in_hw, self.kernel_size,
+        return output_padding_for(type(self).__name__, output_size, x.shape, self.kernel_size,
                                   self.stride, self.padding, self.dilation)
 
     def extra_repr(self) -> str:
