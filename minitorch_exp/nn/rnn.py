@@ -22,7 +22,7 @@ import numpy as np
 
 from ..node import ops
 from ..node.node import Node
-from ..node.views import chunk, split, unbind
+from ..node.views import chunk, unbind
 from ..tensor import creation
 from . import functional as F
 from . import init
@@ -80,13 +80,9 @@ def _hidden(state):
 
 
 def _time_steps(gx: Node) -> list[Node]:
-    """``unbind(gx, 0)``: a view per time step. Each piece's gradient is a zero tensor of
-    gx's size with the piece written in, so T pieces cost T^2 / 2 step-sizes of memory
-    traffic in backward; unbinding blocks of ~sqrt(T) steps first costs 2T*sqrt(T)
-    (measured by benchmarks/bench_rnn.py). An unbind whose backward is one stack would
-    make this one unbind again."""
-    block = max(1, math.isqrt(gx.shape[0]))
-    return [s for part in split(gx, block, 0) for s in unbind(part, 0)]
+    """``unbind(gx, 0)``: a view per time step (backward adds each step's gradient into
+    one buffer: backward.py ``_add_slice``)."""
+    return list(unbind(gx, 0))
 
 
 def _run(step, gx: Node, state, w: _Weights, reverse: bool):

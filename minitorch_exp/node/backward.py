@@ -24,6 +24,7 @@ from ..tensor.engine import assign
 from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
 from . import anomaly, capture, eager
 from .eager import realize
+from .function import SliceGradient
 from .hooks import HOOKS, run_hooks
 from .node import MAX_FUSED_OPS, Node, count_ops
 from .trace import trace_for_pass
@@ -92,6 +93,8 @@ def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
         g = grads.pop(node, None)
         if g is None:
             continue
+        if type(g) is _Slices:
+            g = g.tensor
         if HOOKS and HOOKS.get(id(node)):  # x.register_hook(fn): may replace the gradient
             g = run_hooks(node, g)
         ctx = node.grad_fn
@@ -130,6 +133,9 @@ def _propagate(ctx, g: Exp, grads: dict, trace=None, checks: bool = False) -> No
     input_grads = ctx.fn.backward(ctx, g)
     if not isinstance(input_grads, tuple):
         input_grads = (input_grads,)
+    if checks or trace is not None:  # they read each gradient whole
+        input_grads = tuple([ig.dense() if type(ig) is SliceGradient else ig
+                             for ig in input_grads])
     if len(input_grads) != len(ctx.inputs):
         raise RuntimeError(f"{ctx.name}.backward returned {len(input_grads)} gradients "
                            f"for {len(ctx.inputs)} inputs")
@@ -138,6 +144,12 @@ def _propagate(ctx, g: Exp, grads: dict, trace=None, checks: bool = False) -> No
     for inp, need, ig in zip(ctx.inputs, ctx.needs_input_grad, input_grads):
         if not need or ig is None:
             continue
+        prev = grads.get(inp)
+        if type(ig) is SliceGradient:
+            grads[inp] = _add_slice(prev, ig)
+            continue
+        if type(prev) is _Slices:
+            prev = prev.tensor
         if trace is not None:  # as the rule built it, before anything computes it
             trace.built(g, inp, ig)
         if type(ig) is not np.ndarray:  # an array was computed at once: nothing to do
@@ -145,8 +157,30 @@ def _propagate(ctx, g: Exp, grads: dict, trace=None, checks: bool = False) -> No
         if ig.shape != inp._value.shape:
             raise RuntimeError(f"{ctx.name}.backward returned a gradient of shape "
                                f"{ig.shape} for an input of shape {inp.shape}")
-        prev = grads.get(inp)
         grads[inp] = ig if prev is None else _sum(prev, ig)
+
+
+class _Slices:
+    """A gradient summed from slices (``SliceGradient``) in a tensor this pass owns, so
+    the next slice may be added into it in place."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+def _add_slice(prev, s: SliceGradient) -> _Slices:
+    """``prev`` (None, a gradient, or a ``_Slices``) plus the slice ``s``: into the
+    ``_Slices`` buffer, made (from ``prev``, or zeros) the first time."""
+    if type(prev) is not _Slices:
+        buffer = creation.zeros(s.shape, dtype=s.dtype, device=s.device)
+        if prev is not None:
+            assign(buffer, eager.wrap(prev) if type(prev) is np.ndarray else prev, "=")
+        prev = _Slices(buffer)
+    grad = eager.wrap(s.grad) if type(s.grad) is np.ndarray else s.grad
+    assign(prev.tensor[s.key], grad, "+=")
+    return prev
 
 
 def _term(ig):

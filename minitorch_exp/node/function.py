@@ -129,6 +129,27 @@ class Context:
         self.freed = True
 
 
+class SliceGradient:
+    """What a backward rule may return for an input it read a basic-index view of:
+    ``grad`` (the view's gradient) belongs at ``key`` of a zero gradient of the input's
+    ``shape``. Backward writes it there in a buffer it owns (backward.py
+    ``_add_slice``), so the gradients of many slices of one tensor -- an ``unbind``
+    into T pieces -- cost their own sizes, not T full-size passes."""
+
+    __slots__ = ("key", "grad", "shape", "dtype", "device")
+
+    def __init__(self, key, grad, shape, dtype, device):
+        self.key, self.grad, self.shape = key, grad, shape
+        self.dtype, self.device = dtype, device
+
+    def dense(self) -> Tensor:
+        """The gradient as a full tensor of the input's shape."""
+        from ..tensor import creation
+        out = creation.zeros(self.shape, dtype=self.dtype, device=self.device)
+        out[self.key] = self.grad
+        return out
+
+
 class FunctionName(str):
     """A Function's name that is also callable, so that both PyTorch's ``grad_fn.name()``
     and this project's ``grad_fn.name`` read it."""

@@ -34,7 +34,7 @@ from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
 from . import anomaly, eager, promotion
 from .eager import realize  # at once with NumPy below the fusion threshold, else fused
-from .function import Context, Function, not_a_tensor
+from .function import Context, Function, SliceGradient, not_a_tensor
 from .grad_mode import _modes, is_grad_enabled
 from .keywords import pytorch_arguments
 from .node import Node, index_key, install_methods
@@ -383,14 +383,13 @@ class GetItem(_Op):
     def backward(ctx, g):
         shape, dtype, device = ctx.attrs["in"]
         key = ctx.attrs["key"]
-        grad = creation.zeros(shape, dtype=dtype, device=device)
+        if _is_basic_index(key):  # added into its place by backward, fused with g's rule
+            return (SliceGradient(key, g, shape, dtype, device),)
         g = realize(g)
-        if _is_basic_index(key):
-            grad[key] = g
-        else:
-            capture.host_op(functools.partial(device.xp.add.at, grad.array, key, g.array),
-                            grad.storage)
-            grad.storage.version += 1
+        grad = creation.zeros(shape, dtype=dtype, device=device)
+        capture.host_op(functools.partial(device.xp.add.at, grad.array, key, g.array),
+                        grad.storage)
+        grad.storage.version += 1
         return (grad,)
 
 
