@@ -631,3 +631,8 @@ class CosineAnnealingLR(LRScheduler):
     def lr_at(self, base, epoch):
         return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * epoch /
                                                                     self.T_max)) / 2
+
+
+from .lbfgs import LBFGS  # noqa: E402,F401  (these subclass Optimizer)
+from .optim_adaptive import Adagrad, NAdam, RMSprop  # noqa: E402,F401
+from .schedules import OneCycleLR, ReduceLROnPlateau  # noqa: E402,F401

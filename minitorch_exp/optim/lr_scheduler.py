@@ -6,8 +6,10 @@ from ..nn.optim import (
     LambdaLR,
     LRScheduler,
     MultiStepLR,
+    OneCycleLR,
+    ReduceLROnPlateau,
     StepLR,
 )
 
 __all__ = ["CosineAnnealingLR", "ExponentialLR", "LRScheduler", "LambdaLR", "MultiStepLR",
-           "StepLR"]
+           "StepLR", "OneCycleLR", "ReduceLROnPlateau"]
