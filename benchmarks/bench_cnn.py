@@ -6,7 +6,8 @@ that one library's spinning threads do not slow the next), medians of 7 rounds:
 
 * ``cnn_conv_t<n>``: one conv2d, forward and backward (input and weight
   gradients; the first layer's input needs none), at LeNet's shapes and at the
-  3x3 padded shape of PyTorch's MNIST example;
+  3x3 padded shape of PyTorch's MNIST example; and one conv_transpose2d at the
+  shapes of the DCGAN generator's middle layers (``benchmarks/bench_dcgan.py``);
 * ``cnn_lenet_t<n>``: one training step of ``examples/mnist_cnn.py``'s LeNet at
   batch 128 (forward, cross-entropy, backward, Adam): minitorch_exp eagerly and
   captured (``mt.capture``, as the example runs it), and PyTorch. Dropout is
@@ -61,6 +62,11 @@ CONVS = {
     "conv2 20->50 k5 12x12": ((BATCH, 20, 12, 12), 50, 5, 0, True),
     "32->64 k3 p1 14x14": ((BATCH, 32, 14, 14), 64, 3, 1, True),
 }
+#: name -> (input shape, out channels, kernel, stride, padding): DCGAN generator layers
+TRANSPOSED = {
+    "convT 256->128 k4 s2 4x4 b16": ((16, 256, 4, 4), 128, 4, 2, 1),
+    "convT 128->64 k4 s2 8x8 b16": ((16, 128, 8, 8), 64, 4, 2, 1),
+}
 POOL = 4  # distinct batches cycled through
 PAUSE = 0.2  # seconds of quiet before each timed block (see ``timed``)
 ROUNDS = 7  # interleaved rounds per table; the median is kept (--rounds)
@@ -108,6 +114,29 @@ def torch_conv(shape, out_channels, kernel, padding, input_grad):
         out = torch.nn.functional.conv2d(xt, wt, bt, padding=padding)
         out.backward(torch.ones_like(out))
         wt.grad = bt.grad = xt.grad = None
+    return step
+
+
+def transposed_step(lib: str, shape, out_channels, kernel, stride, padding):
+    """One conv_transpose2d forward and backward (input, weight and bias gradients) in
+    ``lib`` ("minitorch_exp" or "pytorch"), from the same arrays."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((shape[1], out_channels, kernel, kernel)).astype(np.float32) * 0.1
+    b = rng.standard_normal(out_channels).astype(np.float32)
+    if lib == "pytorch":
+        import torch
+        fn, make, ones = (torch.nn.functional.conv_transpose2d,
+                          lambda a: torch.tensor(a, requires_grad=True), torch.ones_like)
+    else:
+        fn, make, ones = (nn.functional.conv_transpose2d,
+                          lambda a: mt.tensor(a, requires_grad=True), mt.ones_like)
+    xs, ws, bs = make(x), make(w), make(b)
+
+    def step():
+        out = fn(xs, ws, bs, stride=stride, padding=padding)
+        out.backward(ones(out))
+        xs.grad = ws.grad = bs.grad = None
     return step
 
 
@@ -272,6 +301,13 @@ def run_threads(threads: int, min_time: float, rounds: int, has_torch: bool) -> 
             conv_table.add(framework, name, t)
         print(f"  conv {name}: " + ", ".join(f"{f} {format_seconds(t)}"
                                              for f, t in times.items()), flush=True)
+    for name, args in TRANSPOSED.items():
+        libs = ["minitorch_exp"] + ["pytorch"] * has_torch
+        times = timed({lib: transposed_step(lib, *args) for lib in libs}, min_time, rounds)
+        for framework, t in times.items():
+            conv_table.add(framework, name, t)
+        print(f"  {name}: " + ", ".join(f"{f} {format_seconds(t)}"
+                                        for f, t in times.items()), flush=True)
     conv_table.write()
 
     state, data = initial_state(), lenet_data()
@@ -315,6 +351,22 @@ def run_threads(threads: int, min_time: float, rounds: int, has_torch: bool) -> 
     return lines
 
 
+def time_transposed(args, has_torch: bool) -> int:
+    """The transposed-convolution rows alone, printed (a quick look; the full run
+    writes them into ``cnn_conv_t<n>``)."""
+    for threads in args.threads:
+        print(f"\n=== {threads} thread(s): {pin_threads(threads)}")
+        for name, shape_args in TRANSPOSED.items():
+            libs = ["minitorch_exp"] + ["pytorch"] * has_torch
+            times = timed({lib: transposed_step(lib, *shape_args) for lib in libs},
+                          args.min_time, args.rounds)
+            ratio = f", PyTorch/ours {times['pytorch'] / times['minitorch_exp']:.2f}x" \
+                if has_torch else ""
+            print(f"  {name}: " + ", ".join(f"{f} {format_seconds(t)}"
+                                            for f, t in times.items()) + ratio, flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
@@ -323,6 +375,8 @@ def main(argv=None) -> int:
                         help="seconds of measurement per row")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help="interleaved rounds per table (the median is kept)")
+    parser.add_argument("--transposed-only", action="store_true",
+                        help="time only the transposed convolutions (no files written)")
     args = parser.parse_args(argv)
     print_machine_info()
     try:
@@ -331,6 +385,8 @@ def main(argv=None) -> int:
     except ImportError:
         has_torch = False
         print("PyTorch not installed: its rows are skipped")
+    if args.transposed_only:
+        return time_transposed(args, has_torch)
     lines = []
     for threads in args.threads:
         lines += run_threads(threads, args.min_time, args.rounds, has_torch)
