@@ -18,7 +18,8 @@ import sys
 import types
 from pathlib import Path
 
-MODULES = ["minitorch_exp", "minitorch_exp.tensor", "minitorch_exp.nn", "minitorch_exp.nn.optim"]
+MODULES = ["minitorch_exp", "minitorch_exp.tensor", "minitorch_exp.nn", "minitorch_exp.nn.optim",
+           "minitorch_exp.optim", "minitorch_exp.optim.lr_scheduler", "minitorch_exp.nn.init"]
 API_MD = Path(__file__).resolve().parent / "api.md"
 
 HEADER = """# API reference
