@@ -12,8 +12,8 @@ import importlib
 
 from . import tensor as _tensor_package
 
-_SUBMODULES = {"accelerator", "api", "autograd", "backends", "cuda", "distributed", "nn", "node",
-               "onnx", "optim", "serialization", "utils"}
+_SUBMODULES = {"accelerator", "api", "autograd", "backends", "cuda", "distributed", "linalg",
+               "nn", "node", "onnx", "optim", "serialization", "utils"}
 
 __version__ = "0.1.0"
 

@@ -30,6 +30,7 @@ from .node import (
     zeros,
     zeros_like,
 )
+from .node import library_ops as _library_ops
 from .node import masks as _masks
 from .node import pytorch as _pytorch
 from .node import views as _views
@@ -79,6 +80,9 @@ globals().update(_pytorch.FUNCTIONS)
 #: ``chunk``, ``unbind``, ``flip``, ``roll``: node/views.py).
 globals().update(_masks.FUNCTIONS)
 globals().update(_views.FUNCTIONS)
+#: Library ops (``gather``, ``scatter``, ``sort``, ``topk``, ``cumsum``, ``prod``, ``norm``,
+#: ``multinomial``...) and ``Generator``: node/library_ops.py.
+globals().update(_library_ops.FUNCTIONS)
 #: PyTorch's dtype names (``float32``, ``double``, ``long``...). ``float``, ``int`` and
 #: ``bool`` are reached as ``mt.float`` but left out of ``__all__``: a star import must
 #: not hide Python's own.
@@ -104,6 +108,6 @@ __all__ = [
     "device", "get_default_device", "set_default_device", "inference_mode", "narrow",
     "from_dlpack", "load_safetensors", "save_safetensors",
     *sorted(_OP_FUNCTIONS), *sorted(_pytorch.FUNCTIONS),
-    *sorted(_masks.FUNCTIONS), *sorted(_views.FUNCTIONS),
+    *sorted(_masks.FUNCTIONS), *sorted(_views.FUNCTIONS), *sorted(_library_ops.FUNCTIONS),
     *sorted(set(DTYPE_NAMES) - NOT_STARRED - {"float32", "float64", "int32", "int64"}),
 ]

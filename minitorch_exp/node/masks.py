@@ -62,9 +62,9 @@ def _in_place_form(fn):
     name = f"{fn.__name__}_"
 
     @functools.wraps(fn)  # fn's signature
-    def method(x: Node, *args) -> Node:
+    def method(x: Node, *args, **kwargs) -> Node:
         with no_grad():
-            result = fn(x, *args)
+            result = fn(x, *args, **kwargs)
         return _in_place(x, "=", result, name)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"``{fn.__name__}``, written into ``x`` (in place, not recorded)."

@@ -8,19 +8,23 @@ import numpy as np
 
 from . import capture, dtypes
 from .device import as_device
+from .generator import Generator
 from .layout import check_shape, contiguous, normalize_shape
 from .storage import Storage
 from .tensor import Tensor, from_array
 
-_generator = {"rng": np.random.default_rng()}
+_generator = {"rng": Generator()}
+_generator["rng"].seed()  # the default stream starts unseeded, from the OS's entropy
 
 
-def manual_seed(seed: int) -> None:
-    """Seed the default generator used by ``rand``/``randn`` (and by nn.init)."""
-    _generator["rng"] = np.random.default_rng(seed)
+def manual_seed(seed: int) -> Generator:
+    """Reseed, in place, the default generator used by ``rand``/``randn`` (and by nn.init,
+    samplers, ``multinomial``); returns it, as PyTorch's does."""
+    return _generator["rng"].manual_seed(seed)
 
 
-def default_generator() -> np.random.Generator:
+def default_generator() -> Generator:
+    """The default random stream (an ``mt.Generator``, so a ``numpy.random.Generator``)."""
     return _generator["rng"]
 
 

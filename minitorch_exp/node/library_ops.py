@@ -1,0 +1,415 @@
+"""Library ops at the Node level: gathers, scatters, sorts, scans, products, norms, sampling.
+
+Each differentiable one is a ``Function`` whose forward is one library call of
+tensor/library.py (NumPy, or CuPy on a GPU, on the tensor's array) and whose
+backward builds the gradient from Tensor-level operations -- often the
+library op's adjoint: gather's gradient is a scatter-add, index_select's an
+index_add, cumsum's a reversed cumsum. The rest are compositions: ``sort`` and
+``topk`` are an ``argsort`` (no gradient: indices) and a ``gather`` (whose
+gradient scatters back), ``any``/``all`` a compare and a sum of the registry.
+
+Every library call runs through ``capture.host_op``, so a captured step replays
+it on the values of that run (``multinomial`` draws anew on each replay).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from ..tensor import creation, dtypes
+from ..tensor import library as L
+from ..tensor.expr import apply_op
+from ..tensor.generator import Generator
+from ..tensor.layout import normalize_axes, normalize_axis
+from ..tensor.tensor import from_array
+from . import ops
+from .eager import realize
+from .function import Function
+from .masks import _in_place_form
+from .node import Node
+
+SortResult = namedtuple("sort", ["values", "indices"])
+TopKResult = namedtuple("topk", ["values", "indices"])
+
+
+class _LibraryOp(Function):
+    """A Function of this module: non-tensor arguments are keywords only."""
+
+    keyword_attributes = True
+
+
+def _as_index(index, like: Node) -> Node:
+    """``index`` as a Node; a list or array of indices made an int64 tensor on ``like``'s
+    device."""
+    if isinstance(index, Node):
+        return index
+    return Node(from_array(np.asarray(index, dtype=np.int64))).to(like.device)
+
+
+def _zeros_like(t) -> object:
+    return creation.zeros(t.shape, dtype=t.dtype, device=t.device)
+
+
+def _embed(grad, shape, dtype, device):
+    """``grad`` as the leading block of a zero tensor of ``shape`` (a src larger than
+    its index gets no gradient past it)."""
+    if grad.shape == tuple(shape):
+        return grad
+    out = creation.zeros(shape, dtype=dtype, device=device)
+    out[tuple(slice(0, n) for n in grad.shape)] = grad
+    return out
+
+
+# ---- gather and scatter ---------------------------------------------------------------
+
+class Gather(_LibraryOp):
+    """``out = x[index along dim]``; backward scatter-adds the gradient back."""
+
+    @staticmethod
+    def forward(ctx, x, index, dim):
+        x, index = realize(x), realize(index)
+        ctx.save_for_backward(index)
+        ctx.attrs["like"] = (x.shape, x.dtype, x.device)
+        return L.gather(x, dim, index)
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        shape, dtype, device = ctx.attrs["like"]
+        zeros = creation.zeros(shape, dtype=dtype, device=device)
+        return L.scatter(zeros, ctx.attrs["dim"], index, realize(g), reduce_add=True), None
+
+
+def gather(input: Node, dim: int, index: Node) -> Node:
+    """``out[i][j] = input[index[i][j]][j]`` (dim 0), ``input[i][index[i][j]]`` (dim 1)..."""
+    return Gather.apply(input, _as_index(index, input), dim=dim)
+
+
+class Scatter(_LibraryOp):
+    """A copy of ``x`` with ``src`` (or the number ``value``) written -- or added, with
+    ``add`` -- at ``index`` along ``dim``. Backward: ``x`` gets the gradient except where
+    it was overwritten, ``src`` the gradient gathered at ``index``."""
+
+    @staticmethod
+    def forward(ctx, x, index, src=None, *, dim, add, value=None):
+        x, index = realize(x), realize(index)
+        src = value if src is None else realize(src)
+        ctx.save_for_backward(index)
+        ctx.attrs["src_like"] = None if value is not None else (src.shape, src.dtype,
+                                                                 src.device)
+        return L.scatter(x, dim, index, src, reduce_add=add)
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        dim, g = ctx.attrs["dim"], realize(g)
+        gx = g if ctx.attrs["add"] else L.scatter(g, dim, index, 0)
+        like = ctx.attrs["src_like"]
+        if like is None or not ctx.needs_input_grad[2]:
+            return gx, None, None
+        return gx, None, _embed(L.gather(g, dim, index), *like)
+
+
+def _scatter(input: Node, dim: int, index, src, add: bool, value=None) -> Node:
+    op = "scatter_add" if add else "scatter"
+    if isinstance(src, Node):
+        if src.dtype != input.dtype:
+            raise TypeError(f"{op}: src is {src.dtype.name}, the input {input.dtype.name}; "
+                            "cast one of them (src.to(input.dtype))")
+        return Scatter.apply(input, _as_index(index, input), src, dim=dim, add=add)
+    value = src if value is None else value
+    if value is None:
+        raise TypeError(f"{op}: give src (a tensor) or value (a number)")
+    return Scatter.apply(input, _as_index(index, input), dim=dim, add=add, value=value)
+
+
+def scatter(input: Node, dim: int, index: Node, src=None, *, value=None) -> Node:
+    """A copy of ``input`` with ``src[i][j]`` (or ``value``) written at
+    ``[index[i][j]][j]`` (dim 0), and so on; where indices repeat, one write wins."""
+    return _scatter(input, dim, index, src, False, value)
+
+
+def scatter_add(input: Node, dim: int, index: Node, src: Node) -> Node:
+    """``scatter`` that adds ``src`` at ``index`` (repeated indices add up)."""
+    return _scatter(input, dim, index, src, True)
+
+
+class IndexSelect(_LibraryOp):
+    """The entries of ``x`` at the 1-D ``index`` along ``dim``; backward index-adds."""
+
+    @staticmethod
+    def forward(ctx, x, index, dim):
+        x, index = realize(x), realize(index)
+        ctx.save_for_backward(index)
+        ctx.attrs["like"] = x
+        return L.index_select(x, dim, index)
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        zeros = _zeros_like(ctx.attrs["like"])
+        return L.index_add(zeros, ctx.attrs["dim"], index, realize(g)), None
+
+
+def index_select(input: Node, dim: int, index: Node) -> Node:
+    return IndexSelect.apply(input, _as_index(index, input), dim=dim)
+
+
+class IndexAdd(_LibraryOp):
+    """A copy of ``x`` with ``alpha * source`` added at ``index`` along ``dim``."""
+
+    @staticmethod
+    def forward(ctx, x, index, source, dim, alpha):
+        index = realize(index)
+        ctx.save_for_backward(index)
+        return L.index_add(realize(x), dim, index, realize(source), alpha)
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        g, alpha = realize(g), ctx.attrs["alpha"]
+        gs = L.index_select(g, ctx.attrs["dim"], index) if ctx.needs_input_grad[2] else None
+        return g, None, (gs if gs is None or alpha == 1 else realize(gs * alpha))
+
+
+def index_add(input: Node, dim: int, index: Node, source: Node, *, alpha=1) -> Node:
+    return IndexAdd.apply(input, _as_index(index, input), source, dim=dim, alpha=alpha)
+
+
+# ---- sorting: an argsort, then a gather ----------------------------------------------------
+
+def argsort(input: Node, dim: int = -1, descending: bool = False, stable: bool = False) -> Node:
+    """The int64 indices that sort ``input`` along ``dim`` (always stable here)."""
+    return Node(L.argsort(input.value, dim, descending))
+
+
+def sort(input: Node, dim: int = -1, descending: bool = False, stable: bool = False):
+    """``(values, indices)`` of ``input`` sorted along ``dim``; values carry the gradient."""
+    indices = argsort(input, dim, descending)
+    return SortResult(gather(input, dim, indices), indices)
+
+
+def topk(input: Node, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """``(values, indices)`` of the ``k`` largest (or smallest) entries along ``dim``,
+    largest first (smallest first with ``largest=False``)."""
+    d = normalize_axis(dim, input.ndim, input.shape) if input.ndim else 0
+    n = input.shape[d] if input.ndim else 1
+    if not 0 <= k <= n:
+        raise RuntimeError(f"topk: k ({k}) out of range for dimension {dim} of size {n}")
+    order = argsort(input, d, descending=largest)
+    indices = ops.getitem(order, (slice(None),) * d + (slice(0, k),)) if input.ndim else order
+    return TopKResult(gather(input, d, indices.realize()), indices)
+
+
+# ---- scans and products ------------------------------------------------------------------
+
+class Cumsum(_LibraryOp):
+    """Running sums along ``dim``; backward: running sums of the gradient from the end."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        return L.cumsum(realize(x), dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (L.cumsum(realize(g), ctx.attrs["dim"], reverse=True),)
+
+
+class Cumprod(_LibraryOp):
+    """Running products along ``dim``; backward exact where ``x`` has zeros
+    (``library.cumprod_grad``)."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        x = realize(x)
+        ctx.save_for_backward(x)
+        return L.cumprod(x, dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return (L.cumprod_grad(x, realize(g), ctx.attrs["dim"]),)
+
+
+def _scan_input(input: Node, dtype) -> Node:
+    return input if dtype is None else ops.astype(input, dtypes.as_dtype(dtype))
+
+
+def cumsum(input: Node, dim: int, *, dtype=None) -> Node:
+    return Cumsum.apply(_scan_input(input, dtype), dim=dim)
+
+
+def cumprod(input: Node, dim: int, *, dtype=None) -> Node:
+    return Cumprod.apply(_scan_input(input, dtype), dim=dim)
+
+
+class Prod(_LibraryOp):
+    """The product over ``dim`` (None: everything). Backward: the gradient times the
+    product of the *other* entries -- the exclusive running products from both ends,
+    so a zero entry needs no division."""
+
+    @staticmethod
+    def forward(ctx, x, dim, keepdim):
+        x = realize(x)
+        ctx.save_for_backward(x)
+        return L.prod(x, dim, keepdim)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        dim, flat = ctx.attrs["dim"], x
+        if dim is None:
+            flat, dim = x.reshape(-1), 0
+        dim = normalize_axis(dim, max(flat.ndim, 1), flat.shape) if flat.ndim else 0
+        others = (L.cumprod(flat, dim, exclusive=True)
+                  * L.cumprod(flat, dim, reverse=True, exclusive=True))
+        kept = tuple(1 if i == dim else n for i, n in enumerate(flat.shape))
+        grad = realize(g).reshape(kept).broadcast_to(flat.shape) * others
+        return (realize(grad).reshape(x.shape),)
+
+
+def prod(input: Node, dim: int | None = None, keepdim: bool = False, *, dtype=None) -> Node:
+    return Prod.apply(_scan_input(input, dtype), dim=dim, keepdim=keepdim)
+
+
+def _count_nonzero(input: Node, dim, keepdim: bool) -> Node:
+    axes = None if dim is None else normalize_axes(dim, input.ndim, input.shape)
+    return ops.sum(ops.elementwise("ne", input, 0), axes, keepdims=keepdim)
+
+
+def any(input: Node, dim=None, keepdim: bool = False) -> Node:
+    """Whether any entry (over ``dim``: an int, a tuple, or None for all) is nonzero."""
+    return ops.elementwise("gt", _count_nonzero(input, dim, keepdim), 0)
+
+
+def all(input: Node, dim=None, keepdim: bool = False) -> Node:
+    """Whether every entry (over ``dim``) is nonzero."""
+    n = input.numel() if dim is None else math.prod(
+        input.shape[a] for a in normalize_axes(dim, input.ndim, input.shape))
+    return ops.elementwise("eq", _count_nonzero(input, dim, keepdim), n)
+
+
+# ---- norms ----------------------------------------------------------------------------
+
+class VectorNorm(_LibraryOp):
+    """``(sum |x|^p)^(1/p)`` over ``axes``; ``inf``/``-inf`` the largest/smallest ``|x|``,
+    0 the count of nonzeros. Backward: ``sign(x) (|x| / norm)^(p-1)``, 0 where the norm
+    (or ``x``, for p < 1) is 0; for ``inf`` the gradient shared among the entries at
+    the maximum, as PyTorch shares it."""
+
+    @staticmethod
+    def forward(ctx, x, ord, axes, keepdim):
+        x = realize(x)
+
+        def fn(xp, a):
+            r = xp.abs(a)
+            if ord == math.inf or ord == -math.inf:
+                r = (xp.amax if ord > 0 else xp.amin)(r, axis=axes, keepdims=True)
+            elif ord == 0:
+                r = xp.sum(r != 0, axis=axes, keepdims=True).astype(a.dtype)
+            else:
+                r = xp.sum(r ** ord, axis=axes, keepdims=True) ** (1.0 / ord)
+            return (r,)
+        kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+        out = L.library_call(fn, (x,), [(kept, x.dtype)], x.device)[0]
+        ctx.save_for_backward(x, out)
+        return out if keepdim else out.reshape(tuple(n for i, n in enumerate(x.shape)
+                                                     if i not in axes))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, norm = ctx.saved_tensors
+        ord, kept = ctx.attrs["ord"], norm.shape
+        g = realize(g).reshape(kept).broadcast_to(x.shape)
+        norm = norm.broadcast_to(x.shape)
+        ax = apply_op("abs", x)
+        if ord == 0:
+            return (creation.zeros(x.shape, dtype=x.dtype, device=x.device),)
+        if ord in (math.inf, -math.inf):
+            at = apply_op("eq", ax, norm).astype(x.dtype)
+            share = realize(at).sum_to(kept).broadcast_to(x.shape)
+            return (realize(apply_op("sign", x) * at * g / share),)
+        zero = apply_op("logical_or", apply_op("eq", norm, 0), apply_op("eq", x, 0))
+        scale = apply_op("pow", apply_op("div", ax, norm), ord - 1)
+        return (realize(apply_op("where", zero, 0.0, apply_op("sign", x) * scale * g)),)
+
+
+def vector_norm(x: Node, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Node:
+    """PyTorch's ``torch.linalg.vector_norm``: the ``ord``-norm over ``dim`` (None: all)."""
+    x = _scan_input(x, dtype)
+    if x.dtype.kind != "f":
+        raise TypeError(f"vector_norm: expected a float tensor, got {x.dtype.name}")
+    axes = tuple(range(x.ndim)) if dim is None else tuple(
+        sorted(normalize_axes(dim, x.ndim, x.shape)))
+    return VectorNorm.apply(x, ord=float(ord), axes=axes, keepdim=keepdim)
+
+
+def norm(input: Node, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Node:
+    """``torch.norm``: a vector norm (``"fro"`` is the 2-norm of the entries)."""
+    if p == "nuc":
+        raise NotImplementedError("norm(p='nuc'): the nuclear norm needs an SVD; not here")
+    return vector_norm(input, 2 if p in ("fro", None) else p, dim, keepdim, dtype=dtype)
+
+
+# ---- sampling -----------------------------------------------------------------------------
+
+def multinomial(input: Node, num_samples: int, replacement: bool = False, *,
+                generator=None) -> Node:
+    """``num_samples`` category indices drawn for each row of the weights ``input`` (1-D
+    or 2-D, non-negative, any positive sum), without or with ``replacement``; from
+    ``generator`` (an ``mt.Generator``; None: the stream ``mt.manual_seed`` seeds)."""
+    return Node(L.multinomial(input.value, num_samples, replacement, generator))
+
+
+def _node_state(arr: np.ndarray) -> Node:
+    return Node(from_array(arr))
+
+
+Generator.wrap_state = staticmethod(_node_state)
+
+
+def get_rng_state() -> Node:
+    """The default stream's position (``set_rng_state`` goes back to it)."""
+    return creation.default_generator().get_state()
+
+
+def set_rng_state(state) -> None:
+    creation.default_generator().set_state(state)
+
+
+def seed() -> int:
+    """Reseed the default stream from the OS's entropy; returns the seed."""
+    return creation.default_generator().seed()
+
+
+def initial_seed() -> int:
+    return creation.default_generator().initial_seed()
+
+
+#: ``mt.<name>`` (api.py).
+FUNCTIONS = {
+    "gather": gather, "scatter": scatter, "scatter_add": scatter_add,
+    "index_select": index_select, "index_add": index_add,
+    "argsort": argsort, "sort": sort, "topk": topk,
+    "cumsum": cumsum, "cumprod": cumprod, "prod": prod, "any": any, "all": all,
+    "norm": norm, "multinomial": multinomial, "Generator": Generator,
+    "get_rng_state": get_rng_state, "set_rng_state": set_rng_state, "seed": seed,
+    "initial_seed": initial_seed,
+}
+#: Node's methods (installed below), with the in-place forms PyTorch has.
+_OUT_OF_PLACE = {name: fn for name, fn in FUNCTIONS.items() if name in (
+    "gather", "scatter", "scatter_add", "index_select", "index_add", "argsort", "sort",
+    "topk", "cumsum", "cumprod", "prod", "any", "all", "norm", "multinomial")}
+METHODS = {**_OUT_OF_PLACE, **{f"{name}_": _in_place_form(_OUT_OF_PLACE[name]) for name in (
+    "scatter", "scatter_add", "index_add", "cumsum", "cumprod")}}
+
+
+def install() -> None:
+    for name, method in METHODS.items():
+        setattr(Node, name, method)
+
+
+install()

@@ -1,0 +1,279 @@
+"""Library ops at the Tensor level: each one call into the device's array library.
+
+Gathers and scatters, sorts, scans and random sampling are no per-element
+formula the fused kernels could hold: each is evaluated by one call of the
+device's array module (``t.device.xp``: NumPy on the CPU, CuPy on a GPU) on
+the tensors' arrays, strides and all. ``library_call`` is the one place that
+runs them: it makes the result tensors and fills them through
+``capture.host_op``, so a captured step repeats the call on every replay (on
+the values the replayed kernels left in its inputs) rather than keeping the
+values of the recording. Their gradients are written with these same functions
+by node/library_ops.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import capture, dtypes
+from .creation import _rng, new_empty
+from .layout import normalize_axis
+from .tensor import Tensor
+
+
+def library_call(fn, inputs: tuple, outputs: list[tuple], device) -> tuple[Tensor, ...]:
+    """New tensors of ``outputs`` (``(shape, dtype)`` each) on ``device``, holding
+    ``fn(xp, *arrays)`` -- one array per output -- of the ``inputs`` (Tensors, or
+    anything else passed as it is). Recorded by a capture, replayed with it."""
+    outs = tuple(new_empty(tuple(shape), dtypes.as_dtype(dtype), device)
+                 for shape, dtype in outputs)
+
+    def run():
+        xp = device.xp
+        results = fn(xp, *(a.array if isinstance(a, Tensor) else a for a in inputs))
+        for out, r in zip(outs, results):
+            out.array[...] = xp.asarray(r)
+
+    capture.host_op(run, *(o.storage for o in outs))
+    return outs
+
+
+def _dim(t: Tensor, dim: int) -> int:
+    return normalize_axis(dim, t.ndim, t.shape) if t.ndim else 0
+
+
+def _check_index(xp, index, size: int, dim: int, op: str) -> None:
+    """Refuse an index outside ``[0, size)`` (NumPy would wrap a negative one)."""
+    if index.size and (int(index.min()) < 0 or int(index.max()) >= size):
+        bad = int(index.min()) if int(index.min()) < 0 else int(index.max())
+        raise IndexError(f"{op}: index {bad} is out of bounds for dimension {dim} with "
+                         f"size {size}")
+
+
+def _coords(xp, index, dim: int) -> tuple:
+    """The full fancy index of each entry of ``index`` along ``dim``: ``index`` itself
+    there, the entry's own position along every other dim (PyTorch's gather rule)."""
+    nd = index.ndim
+    return tuple(index if d == dim else
+                 xp.arange(n).reshape(tuple(-1 if e == d else 1 for e in range(nd)))
+                 for d, n in enumerate(index.shape))
+
+
+def _checked_index_shape(t: Tensor, dim: int, index: Tensor, op: str) -> None:
+    if index.dtype != dtypes.int64 or index.ndim != max(t.ndim, 1) and t.ndim:
+        raise ValueError(f"{op}: index must be an int64 tensor with as many dims as the "
+                         f"input ({t.ndim}); got {index.dtype.name} of shape {index.shape}")
+    for d, (n, m) in enumerate(zip(index.shape, t.shape)):
+        if d != dim and n > m:
+            raise ValueError(f"{op}: index has size {n} in dim {d}, the input only {m}")
+
+
+def _part(xp, src, shape):
+    """The leading ``shape`` block of ``src`` (PyTorch reads a larger src so)."""
+    return src[tuple(slice(0, n) for n in shape)] if hasattr(src, "shape") else src
+
+
+def gather(t: Tensor, dim: int, index: Tensor) -> Tensor:
+    """``out[i][j][k] = t[index[i][j][k]][j][k]`` for ``dim == 0``, and so on."""
+    dim = _dim(t, dim)
+    _checked_index_shape(t, dim, index, "gather")
+
+    def fn(xp, a, idx):
+        _check_index(xp, idx, a.shape[dim], dim, "gather")
+        return (a[_coords(xp, idx, dim)],)
+    return library_call(fn, (t, index), [(index.shape, t.dtype)], t.device)[0]
+
+
+def scatter(t: Tensor, dim: int, index: Tensor, src, reduce_add: bool = False) -> Tensor:
+    """A copy of ``t`` with ``src`` (a tensor, or a number) written at ``index`` along
+    ``dim`` -- added there with ``reduce_add`` (``scatter_add``)."""
+    dim = _dim(t, dim)
+    op = "scatter_add" if reduce_add else "scatter"
+    _checked_index_shape(t, dim, index, op)
+
+    def fn(xp, a, idx, s):
+        _check_index(xp, idx, a.shape[dim], dim, op)
+        out, at, part = a.copy(), _coords(xp, idx, dim), _part(xp, s, idx.shape)
+        if reduce_add:
+            xp.add.at(out, at, part)
+        else:
+            out[at] = part
+        return (out,)
+    return library_call(fn, (t, index, src), [(t.shape, t.dtype)], t.device)[0]
+
+
+def index_select(t: Tensor, dim: int, index: Tensor) -> Tensor:
+    """The entries of ``t`` at the 1-D ``index`` along ``dim``."""
+    dim = _dim(t, dim)
+    _checked_vector(index, "index_select")
+    shape = t.shape[:dim] + (index.shape[0],) + t.shape[dim + 1:] if t.ndim else ()
+
+    def fn(xp, a, idx):
+        _check_index(xp, idx, a.shape[dim] if a.ndim else 1, dim, "index_select")
+        return (xp.take(a, idx, axis=dim) if a.ndim else a.copy(),)
+    return library_call(fn, (t, index.reshape(-1)), [(shape, t.dtype)], t.device)[0]
+
+
+def index_add(t: Tensor, dim: int, index: Tensor, source: Tensor, alpha=1) -> Tensor:
+    """A copy of ``t`` with ``alpha * source[k]`` added at ``index[k]`` along ``dim``."""
+    dim = _dim(t, dim)
+    _checked_vector(index, "index_add")
+
+    def fn(xp, a, idx, s):
+        _check_index(xp, idx, a.shape[dim], dim, "index_add")
+        out = a.copy()
+        xp.add.at(out, (slice(None),) * dim + (idx,), s * alpha if alpha != 1 else s)
+        return (out,)
+    return library_call(fn, (t, index, source), [(t.shape, t.dtype)], t.device)[0]
+
+
+def _checked_vector(index: Tensor, op: str) -> None:
+    if index.dtype not in (dtypes.int64, dtypes.int32) or index.ndim > 1:
+        raise ValueError(f"{op}: index must be a 1-D integer tensor, got {index.dtype.name} "
+                         f"of shape {index.shape}")
+
+
+# ---- sorting -----------------------------------------------------------------------
+
+def _stable_argsort(xp, a, axis: int):
+    return xp.argsort(a, axis=axis, kind="stable") if xp is np else xp.argsort(a, axis=axis)
+
+
+def argsort(t: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+    """The int64 indices that sort ``t`` along ``dim``; stable (ties keep their order,
+    descending too), NaN counted as the largest value, as PyTorch's."""
+    dim = _dim(t, dim)
+
+    def fn(xp, a):
+        if a.ndim == 0:
+            return (xp.zeros((), dtype=np.int64),)
+        if not descending:
+            return (_stable_argsort(xp, a, dim),)
+        n = a.shape[dim]  # sort the reversed values, then reverse: ties stay in order
+        order = _stable_argsort(xp, xp.flip(a, dim), dim)
+        return (xp.flip(n - 1 - order, dim),)
+    return library_call(fn, (t,), [(t.shape, dtypes.int64)], t.device)[0]
+
+
+# ---- scans and products ----------------------------------------------------------------
+
+def _scan_dtype(t: Tensor):
+    """PyTorch's: integers and bools accumulate in int64, floats in their own dtype."""
+    return t.dtype if t.dtype.kind == "f" else dtypes.int64
+
+
+def cumsum(t: Tensor, dim: int, reverse: bool = False) -> Tensor:
+    """Running sums along ``dim`` (from the far end with ``reverse``)."""
+    return _scan(t, dim, "cumsum", reverse)
+
+
+def cumprod(t: Tensor, dim: int, reverse: bool = False, exclusive: bool = False) -> Tensor:
+    """Running products along ``dim``; ``exclusive``: each one of the entries before it
+    only (the first is 1), so no division is needed to leave one out."""
+    return _scan(t, dim, "cumprod", reverse, exclusive)
+
+
+def _scan(t: Tensor, dim: int, name: str, reverse: bool, exclusive: bool = False) -> Tensor:
+    dim, dtype = _dim(t, dim), _scan_dtype(t)
+
+    def fn(xp, a):
+        a = a.reshape(1) if a.ndim == 0 else a
+        a = xp.flip(a, dim) if reverse else a
+        if exclusive:  # the identity first, the last entry dropped
+            first = xp.ones_like(xp.take(a, [0], axis=dim))
+            a = xp.concatenate([first, xp.take(a, xp.arange(a.shape[dim] - 1), axis=dim)],
+                               axis=dim)
+        out = getattr(xp, name)(a, axis=dim, dtype=dtype)
+        return ((xp.flip(out, dim) if reverse else out).reshape(t.shape),)
+    return library_call(fn, (t,), [(t.shape, dtype)], t.device)[0]
+
+
+def cumprod_grad(x: Tensor, g: Tensor, dim: int) -> Tensor:
+    """The gradient of ``cumprod(x, dim)`` for the upstream ``g``, exact where ``x`` has
+    zeros: ``grad[k] = P[k-1] * R[k]``, ``P`` the exclusive products and
+    ``R[k] = g[k] + x[k+1] * R[k+1]`` a backward recurrence along ``dim``."""
+    dim = _dim(x, dim)
+    before = cumprod(x, dim, exclusive=True)
+
+    def fn(xp, a, ga, p):
+        a, r = xp.moveaxis(a, dim, -1), xp.moveaxis(ga, dim, -1).copy()
+        for k in range(a.shape[-1] - 2, -1, -1):
+            r[..., k] += a[..., k + 1] * r[..., k + 1]
+        return (xp.moveaxis(r, -1, dim) * p,)
+    return library_call(fn, (x, g, before), [(x.shape, x.dtype)], x.device)[0]
+
+
+def prod(t: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """The product over ``dim`` (None: all entries)."""
+    axis = None if dim is None else _dim(t, dim)
+    dtype = _scan_dtype(t)
+    kept = tuple(1 if axis is None or i == axis else n for i, n in enumerate(t.shape))
+    shape = kept if keepdim else () if axis is None else t.shape[:axis] + t.shape[axis + 1:]
+
+    def fn(xp, a):
+        return (xp.prod(a, axis=axis, dtype=dtype).reshape(shape),)
+    return library_call(fn, (t,), [(shape, dtype)], t.device)[0]
+
+
+# ---- random sampling --------------------------------------------------------------------
+
+def multinomial(probs: Tensor, num_samples: int, replacement: bool = False,
+                generator=None) -> Tensor:
+    """``num_samples`` category indices per row of ``probs`` (1-D or 2-D weights, not
+    necessarily normalized), drawn on the host from ``generator`` (None: the default
+    stream, as it is at each draw -- a replay after ``manual_seed`` draws anew)."""
+    _check_multinomial(probs, num_samples, replacement)
+    shape = probs.shape[:-1] + (num_samples,)
+
+    def fn(xp, p):
+        weights = _host_rows(xp, p)
+        draw = _with_replacement if replacement else _without_replacement
+        return (draw(_rng(generator), weights, num_samples).reshape(shape),)
+    return library_call(fn, (probs,), [(shape, dtypes.int64)], probs.device)[0]
+
+
+def _check_multinomial(probs: Tensor, num_samples: int, replacement: bool) -> None:
+    if probs.ndim not in (1, 2) or probs.dtype.kind != "f":
+        raise RuntimeError(f"multinomial: prob_dist must be a 1-D or 2-D float tensor, got "
+                           f"{probs.dtype.name} of shape {probs.shape}")
+    if probs.shape[-1] == 0:
+        raise RuntimeError("multinomial: the number of categories cannot be zero")
+    if not isinstance(num_samples, (int, np.integer)) or num_samples <= 0:
+        raise RuntimeError(f"multinomial: cannot sample n_sample <= 0 samples "
+                           f"(got {num_samples!r})")
+    if not replacement and num_samples > probs.shape[-1]:
+        raise RuntimeError(f"multinomial: cannot sample n_sample > prob_dist.size(-1) "
+                           f"samples without replacement ({num_samples} > {probs.shape[-1]})")
+
+
+def _host_rows(xp, p) -> np.ndarray:
+    """The weights as a float64 host array of rows, checked as PyTorch checks them."""
+    w = np.asarray(p if xp is np else xp.asnumpy(p), dtype=np.float64).reshape(-1, p.shape[-1])
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise RuntimeError("multinomial: probability tensor contains either `inf`, `nan` "
+                           "or element < 0")
+    if (w.sum(axis=1) <= 0).any():
+        raise RuntimeError("multinomial: invalid multinomial distribution (sum of "
+                           "probabilities <= 0)")
+    return w
+
+
+def _with_replacement(rng, w: np.ndarray, k: int) -> np.ndarray:
+    """Inverse CDF: a uniform draw lands in the category whose share of the running sum
+    holds it (a zero weight holds no share, so it is never drawn)."""
+    cdf = np.cumsum(w, axis=1)
+    cdf /= cdf[:, -1:]
+    u = rng.random((w.shape[0], k))
+    return np.stack([np.searchsorted(c, v, side="right") for c, v in zip(cdf, u)])
+
+
+def _without_replacement(rng, w: np.ndarray, k: int) -> np.ndarray:
+    """Exponential races: the ``k`` smallest of ``E / w`` (``E`` ~ Exp(1)) are the
+    categories that drawing one at a time, each in proportion to the weights left,
+    picks, in that order."""
+    if (np.count_nonzero(w, axis=1) < k).any():
+        raise RuntimeError("multinomial: invalid multinomial distribution (with "
+                           "replacement=False, not enough non-negative category to sample)")
+    with np.errstate(divide="ignore"):
+        keys = rng.standard_exponential(w.shape) / w
+    return np.argsort(keys, axis=1, kind="stable")[:, :k]
