@@ -2,8 +2,9 @@
 order, drawn lazily -- a ``RandomSampler`` of 10**10 draws starts at once and holds a
 chunk of indices at a time, never the whole order.
 
-``generator``: a ``numpy.random.Generator`` (PyTorch's is a ``torch.Generator``);
-None draws from the one ``mt.manual_seed`` seeds, when the iteration starts.
+``generator``: an ``mt.Generator`` (PyTorch's ``torch.Generator``; it is a
+``numpy.random.Generator``, and a NumPy one is taken too); None draws from the one
+``mt.manual_seed`` seeds, when the iteration starts.
 """
 
 from __future__ import annotations

@@ -270,10 +270,8 @@ def _with_replacement(rng, w: np.ndarray, k: int) -> np.ndarray:
 def _without_replacement(rng, w: np.ndarray, k: int) -> np.ndarray:
     """Exponential races: the ``k`` smallest of ``E / w`` (``E`` ~ Exp(1)) are the
     categories that drawing one at a time, each in proportion to the weights left,
-    picks, in that order."""
-    if (np.count_nonzero(w, axis=1) < k).any():
-        raise RuntimeError("multinomial: invalid multinomial distribution (with "
-                           "replacement=False, not enough non-negative category to sample)")
+    picks, in that order. Zero weights come last, in index order, as PyTorch's do when
+    fewer than ``k`` are positive."""
     with np.errstate(divide="ignore"):
         keys = rng.standard_exponential(w.shape) / w
     return np.argsort(keys, axis=1, kind="stable")[:, :k]
