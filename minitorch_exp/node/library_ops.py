@@ -108,9 +108,10 @@ class Scatter(_LibraryOp):
         dim, g = ctx.attrs["dim"], realize(g)
         gx = g if ctx.attrs["add"] else L.scatter(g, dim, index, 0)
         like = ctx.attrs["src_like"]
-        if like is None or not ctx.needs_input_grad[2]:
-            return gx, None, None
-        return gx, None, _embed(L.gather(g, dim, index), *like)
+        if like is None:  # a number was written: no src
+            return gx, None
+        gs = _embed(L.gather(g, dim, index), *like) if ctx.needs_input_grad[2] else None
+        return gx, None, gs
 
 
 def _scatter(input: Node, dim: int, index, src, add: bool, value=None) -> Node:
