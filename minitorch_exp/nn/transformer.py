@@ -35,13 +35,6 @@ def _activation(activation):
     return _ACTIVATIONS[activation]
 
 
-def _layer_norm(d_model: int, eps: float, bias: bool, dtype) -> LayerNorm:
-    """PyTorch's ``LayerNorm(d_model, eps, bias=bias)``: without ``bias``, no bias
-    parameter (and no ``normN.bias`` key in the state dict)."""
-    norm = LayerNorm(d_model, eps=eps, dtype=dtype)
-    if not bias:
-        norm.bias = None
-    return norm
 
 
 class _Layer(Module):
@@ -62,7 +55,7 @@ class _Layer(Module):
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
         self.norm_first = norm_first
         for i in range(1, norms + 1):
-            setattr(self, f"norm{i}", _layer_norm(d_model, layer_norm_eps, bias, dtype))
+            setattr(self, f"norm{i}", LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype))
         for i in range(1, norms + 1):
             setattr(self, f"dropout{i}", Dropout(dropout))
         self.activation = _activation(activation)
@@ -199,10 +192,10 @@ class Transformer(Module):
         dtype = np.float32 if dtype is None else dtype
         self.encoder = custom_encoder or TransformerEncoder(
             TransformerEncoderLayer(d_model, nhead, **settings), num_encoder_layers,
-            _layer_norm(d_model, layer_norm_eps, bias, dtype))
+            LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype))
         self.decoder = custom_decoder or TransformerDecoder(
             TransformerDecoderLayer(d_model, nhead, **settings), num_decoder_layers,
-            _layer_norm(d_model, layer_norm_eps, bias, dtype))
+            LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype))
         self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
         for p in self.parameters():
             if p.ndim > 1:
