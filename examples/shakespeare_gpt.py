@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = parser.add_argument
-    add("--steps", type=int, default=2000, help="training steps (batches)")
+    add("--steps", type=int, default=1500, help="training steps (batches)")
     add("--batch-size", type=int, default=12, help="blocks per step")
     add("--block", type=int, default=64, help="characters per block (the context)")
     add("--layers", type=int, default=4, help="transformer blocks")
