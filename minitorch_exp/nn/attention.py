@@ -24,7 +24,7 @@ import numpy as np
 from ..node import ops
 from ..node.masks import constant
 from ..node.node import Node
-from ..tensor import masks
+from ..tensor.masks import triangle
 from . import functional as F
 from . import init
 from .layers import Linear
@@ -49,7 +49,7 @@ def _apply_mask(scores: Node, mask: Node | None) -> Node:
 def _causal_mask(rows: int, cols: int, device) -> Node:
     """Bool ``(rows, cols)``: query ``i`` attends to keys ``0..i`` (PyTorch's lower-left
     triangle); lazy, reading two aranges."""
-    return constant(masks.triangle(rows, cols, 0, True, device))
+    return constant(triangle(rows, cols, 0, True, device))
 
 
 def _softmax_rows(x: Node) -> Node:
@@ -62,14 +62,14 @@ def _softmax_rows(x: Node) -> Node:
     return e / ops.where(s == 0.0, 1.0, s)
 
 
-def _attend(query: Node, key: Node, value: Node, masks_: tuple = (), dropout_p: float = 0.0,
-              scale: float | None = None) -> tuple[Node, Node]:
+def _attend(query: Node, key: Node, value: Node, masks: tuple = (), dropout_p: float = 0.0,
+            scale: float | None = None) -> tuple[Node, Node]:
     """The output ``(..., L, Ev)`` and the attention weights ``(..., L, S)`` (after dropout)
     of ``query (..., L, E)`` against ``key (..., S, E)`` and ``value (..., S, Ev)``; each of
-    ``masks_`` (bool: True keeps, float: added, None: nothing) broadcasts to the scores."""
+    ``masks`` (bool: True keeps, float: added, None: nothing) broadcasts to the scores."""
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = ops.matmul(query, key.transpose(-2, -1)) * scale
-    for mask in masks_:
+    for mask in masks:
         scores = _apply_mask(scores, mask)
     weights = F.dropout(_softmax_rows(scores), dropout_p)
     return ops.matmul(weights, value), weights
@@ -164,10 +164,10 @@ class MultiheadAttention(Module):
         q, k, v = self._project(query, key, value)
         n = q.shape[self._batch_axis] if batched else 1
         heads = [self._split_heads(x, batched) for x in (q, k, v)]
-        masks_ = (self._attn_mask(attn_mask, n), self._padding_mask(key_padding_mask, n))
+        masks = (self._attn_mask(attn_mask, n), self._padding_mask(key_padding_mask, n))
         if is_causal and attn_mask is None:
-            masks_ += (_causal_mask(heads[0].shape[-2], heads[1].shape[-2], q.device),)
-        out, weights = _attend(*heads, masks_, self.dropout if self.training else 0.0)
+            masks += (_causal_mask(heads[0].shape[-2], heads[1].shape[-2], q.device),)
+        out, weights = _attend(*heads, masks, self.dropout if self.training else 0.0)
         out = self.out_proj(self._merge_heads(out, batched))
         if not need_weights:
             return out, None
