@@ -30,6 +30,7 @@ from .node import (
     zeros,
     zeros_like,
 )
+from .node import einsum as _einsum
 from .node import library_ops as _library_ops
 from .node import masks as _masks
 from .node import pytorch as _pytorch
@@ -83,6 +84,8 @@ globals().update(_views.FUNCTIONS)
 #: Library ops (``gather``, ``scatter``, ``sort``, ``topk``, ``cumsum``, ``prod``, ``norm``,
 #: ``multinomial``...) and ``Generator``: node/library_ops.py.
 globals().update(_library_ops.FUNCTIONS)
+#: ``einsum``, ``addmm``, ``baddbmm``: compositions of products (node/einsum.py).
+globals().update(_einsum.FUNCTIONS)
 #: PyTorch's dtype names (``float32``, ``double``, ``long``...). ``float``, ``int`` and
 #: ``bool`` are reached as ``mt.float`` but left out of ``__all__``: a star import must
 #: not hide Python's own.
@@ -109,5 +112,6 @@ __all__ = [
     "from_dlpack", "load_safetensors", "save_safetensors",
     *sorted(_OP_FUNCTIONS), *sorted(_pytorch.FUNCTIONS),
     *sorted(_masks.FUNCTIONS), *sorted(_views.FUNCTIONS), *sorted(_library_ops.FUNCTIONS),
+    *sorted(_einsum.FUNCTIONS),
     *sorted(set(DTYPE_NAMES) - NOT_STARRED - {"float32", "float64", "int32", "int64"}),
 ]
