@@ -51,6 +51,18 @@ from .losses import (
 )
 from .module import Module, Parameter
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d
+from .padding import (
+    CircularPad1d,
+    CircularPad2d,
+    ConstantPad1d,
+    ConstantPad2d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ZeroPad1d,
+    ZeroPad2d,
+)
 from .pooling import (
     AdaptiveAvgPool2d,
     AdaptiveMaxPool2d,
@@ -93,4 +105,6 @@ __all__ = [
     "ELU", "SELU", "Hardswish", "Hardtanh", "LogSigmoid", "Mish", "PReLU", "ReLU6", "SiLU",
     "Softplus", "CosineEmbeddingLoss", "HuberLoss", "KLDivLoss", "MarginRankingLoss",
     "TripletMarginLoss",
+    "CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d",
+    "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d",
 ]

@@ -430,3 +430,4 @@ from .loss_functions import (  # noqa: E402,F401  (needs _reduce above)
     pairwise_distance,
     triplet_margin_loss,
 )
+from .padding import pad  # noqa: E402,F401

@@ -13,6 +13,7 @@ from . import (
     loss,
     module,
     normalization,
+    padding,
     pixelshuffle,
     pooling,
     sparse,
@@ -29,6 +30,7 @@ from .linear import *  # noqa: F403
 from .loss import *  # noqa: F403
 from .module import *  # noqa: F403
 from .normalization import *  # noqa: F403
+from .padding import *  # noqa: F403
 from .pixelshuffle import *  # noqa: F403
 from .pooling import *  # noqa: F403
 from .sparse import *  # noqa: F403
@@ -36,4 +38,4 @@ from .upsampling import *  # noqa: F403
 
 __all__ = [name for m in (activation, batchnorm, container, conv, dropout, flatten, linear,
                           loss, module, normalization, pooling, sparse, instancenorm,
-                          pixelshuffle, upsampling) for name in m.__all__]
+                          padding, pixelshuffle, upsampling) for name in m.__all__]
