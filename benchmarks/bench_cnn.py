@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from common import (
     RESULTS_DIR,
+    Cycle,
     Table,
     _atomic_write_text,
     format_seconds,
@@ -70,15 +71,6 @@ TRANSPOSED = {
 POOL = 4  # distinct batches cycled through
 PAUSE = 0.2  # seconds of quiet before each timed block (see ``timed``)
 ROUNDS = 7  # interleaved rounds per table; the median is kept (--rounds)
-
-
-class Cycle:
-    def __init__(self, items):
-        self.items, self.i = items, 0
-
-    def next(self):
-        self.i = (self.i + 1) % len(self.items)
-        return self.items[self.i]
 
 
 # ---------------------------------------------------------------- one convolution

@@ -32,7 +32,7 @@ import os
 import time
 
 import numpy as np
-from common import Table, format_seconds, interleaved_timeit, pin_threads, print_machine_info
+from common import Cycle, Table, format_seconds, interleaved_timeit, pin_threads, print_machine_info
 
 import minitorch_exp as mt
 from minitorch_exp import nn
@@ -58,18 +58,6 @@ def batches(batch, seed=1):
     rng = np.random.default_rng(seed)
     return [(rng.standard_normal((batch, 784)).astype(np.float32),
              rng.integers(0, 10, batch).astype(np.int64)) for _ in range(POOL)]
-
-
-class Cycle:
-    """Hands out the pool's batches in turn."""
-
-    def __init__(self, items):
-        self.items, self.i = items, 0
-
-    def next(self):
-        item = self.items[self.i]
-        self.i = (self.i + 1) % len(self.items)
-        return item
 
 
 # ---------------------------------------------------------------- minitorch_exp

@@ -35,6 +35,7 @@ import time
 import numpy as np
 from common import (
     RESULTS_DIR,
+    Cycle,
     Table,
     _atomic_write_text,
     format_seconds,
@@ -80,16 +81,6 @@ def initial_state(seed: int = 0) -> dict:
     import torch
     torch.manual_seed(seed)
     return {k: v.numpy().copy() for k, v in word_lm(torch.nn, 0.0).state_dict().items()}
-
-
-class Cycle:
-    def __init__(self, items):
-        self.items, self.i = items, 0
-
-    def next(self):
-        item = self.items[self.i]
-        self.i = (self.i + 1) % len(self.items)
-        return item
 
 
 # ---- the steps: each returns (step, parameters as arrays, phases) -------------------------------

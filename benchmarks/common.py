@@ -184,6 +184,18 @@ def _calibrate(fn: Callable[[], Any], target: float,
         number = min(number * 10, max(number * 2, guess))
 
 
+class Cycle:
+    """Hands out a pool's items in turn, so no step sees the same batch twice in a row."""
+
+    def __init__(self, items):
+        self.items, self.i = list(items), 0
+
+    def next(self):
+        item = self.items[self.i]
+        self.i = (self.i + 1) % len(self.items)
+        return item
+
+
 def timeit(fn: Callable[[], Any], *, min_time: float = 0.2, repeat: int = 5,
            sync: Callable[[], Any] | None = None) -> float:
     """Time ``fn()`` robustly.
