@@ -107,27 +107,28 @@ def dropout2d(x: Node, p: float = 0.5, training: bool = True, inplace: bool = Fa
               generator=None) -> Node:
     """Zero whole channels: each (sample, channel) of (N, C, H, W) -- or (N, C, L) -- with
     probability ``p``; the rest scaled by ``1/(1-p)``."""
-    _check_p(p)
-    if x.ndim not in (3, 4):
-        raise ValueError(f"dropout2d: expected input of shape (N, C, H, W) or (N, C, L), got "
-                         f"shape {x.shape}")
-    if not training or p == 0.0:
-        return x
-    mask = realize(_keep_mask(x, x.shape[:2] + (1,) * (x.ndim - 2), p, generator))
-    return x * Node(mask)
+    return _channel_dropout(x, p, training, generator, (3, 4), x.ndim - 2,
+                            "dropout2d", "(N, C, H, W) or (N, C, L)")
 
 
 def dropout1d(x: Node, p: float = 0.5, training: bool = True, inplace: bool = False,
               generator=None) -> Node:
     """Zero whole channels of (N, C, L) or (C, L): each with probability ``p``; the rest
     scaled by ``1/(1-p)``."""
+    return _channel_dropout(x, p, training, generator, (2, 3), 1, "dropout1d",
+                            "(N, C, L) or (C, L)")
+
+
+def _channel_dropout(x: Node, p: float, training: bool, generator, ndims: tuple,
+                     spatial: int, name: str, shapes: str) -> Node:
+    """``x`` with whole channels zeroed: one draw per element of its leading dims, the
+    last ``spatial`` dims sharing it."""
     _check_p(p)
-    if x.ndim not in (2, 3):
-        raise ValueError(f"dropout1d: expected input of shape (N, C, L) or (C, L), got "
-                         f"shape {x.shape}")
+    if x.ndim not in ndims:
+        raise ValueError(f"{name}: expected input of shape {shapes}, got shape {x.shape}")
     if not training or p == 0.0:
         return x
-    mask = realize(_keep_mask(x, x.shape[:-1] + (1,), p, generator))
+    mask = realize(_keep_mask(x, x.shape[:x.ndim - spatial] + (1,) * spatial, p, generator))
     return x * Node(mask)
 
 

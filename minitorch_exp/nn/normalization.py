@@ -56,12 +56,18 @@ def batch_norm(input: Node, running_mean: Node | None, running_var: Node | None,
             if running_var is not None:
                 _update(running_var, var * (count / (count - 1)), momentum)
     else:
-        if running_mean is None or running_var is None:
-            raise ValueError("batch_norm: evaluation (training=False) needs running_mean and "
-                             "running_var")
-        y = (x - ops.reshape(running_mean, stat_shape)) / ops.sqrt(
-            ops.reshape(running_var, stat_shape) + eps)
+        y = _by_running_stats(x, running_mean, running_var, eps, stat_shape,
+                              "batch_norm: evaluation (training=False)")
     return _affine(y, weight, bias, stat_shape)
+
+
+def _by_running_stats(x: Node, running_mean, running_var, eps: float, stat_shape: tuple,
+                      who: str) -> Node:
+    """``x`` normalized by running statistics (evaluation), which ``who`` needs."""
+    if running_mean is None or running_var is None:
+        raise ValueError(f"{who} needs running_mean and running_var")
+    return (x - ops.reshape(running_mean, stat_shape)) / ops.sqrt(
+        ops.reshape(running_var, stat_shape) + eps)
 
 
 def _normalize(x: Node, axes: tuple[int, ...], eps: float) -> tuple[Node, Node, Node]:
@@ -105,11 +111,8 @@ def instance_norm(input: Node, running_mean: Node | None = None,  # noqa: A002
     x = ops.as_node(input)
     stat_shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     if not use_input_stats:
-        if running_mean is None or running_var is None:
-            raise ValueError("instance_norm: use_input_stats=False needs running_mean and "
-                             "running_var")
-        y = (x - ops.reshape(running_mean, stat_shape)) / ops.sqrt(
-            ops.reshape(running_var, stat_shape) + eps)
+        y = _by_running_stats(x, running_mean, running_var, eps, stat_shape,
+                              "instance_norm: use_input_stats=False")
         return _affine(y, weight, bias, stat_shape)
     count = math.prod(x.shape[2:])
     if count <= 1:
