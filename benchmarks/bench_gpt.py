@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import math
 import os
 import pstats
 import sys
@@ -61,7 +60,8 @@ POOL = 8  # distinct batches cycled through in the timed rows
 # ---- PyTorch's twin of the example's model ------------------------------------------------------
 
 def torch_gpt(vocab: int, block: int, layers: int, heads: int, width: int):
-    """``example.GPT`` written in PyTorch: the same modules, names and initialisation."""
+    """``example.GPT`` written in PyTorch: the same modules and names (and both keep
+    PyTorch's default initialisation)."""
     import torch
     from torch import nn as tnn
     from torch.nn import functional as tF
@@ -105,13 +105,6 @@ def torch_gpt(vocab: int, block: int, layers: int, heads: int, width: int):
             self.dropout = tnn.Dropout(0.0)
             self.blocks = tnn.ModuleList([Block() for _ in range(layers)])
             self.ln, self.head = tnn.LayerNorm(width), tnn.Linear(width, vocab)
-            for name, p in self.named_parameters():
-                if name.endswith("proj.weight"):
-                    tnn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
-                elif p.ndim == 2:
-                    tnn.init.normal_(p, 0.0, 0.02)
-                elif name.endswith("bias"):
-                    tnn.init.zeros_(p)
 
         def forward(self, idx):
             x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
