@@ -259,26 +259,26 @@ def whole_split_loss(model, tokens: np.ndarray, block: int, device: str,
 
 # ---- sampling ---------------------------------------------------------------------------------
 
-def pick(logits: np.ndarray, temperature: float, top_k: int, rng) -> int:
+def pick(logits, temperature: float, top_k: int, generator) -> int:
     """One token drawn from ``softmax(logits / temperature)`` over the ``top_k`` likeliest
-    (all of them when ``top_k`` is 0)."""
-    z = logits.astype(np.float64) / max(temperature, 1e-6)
-    if 0 < top_k < len(z):
-        z[z < np.partition(z, -top_k)[-top_k]] = -np.inf
-    p = np.exp(z - z.max())
-    return int(rng.choice(len(z), p=p / p.sum()))
+    (all of them when ``top_k`` is 0): the last position's logits, a 1-D tensor."""
+    z = logits / max(temperature, 1e-6)
+    if 0 < top_k < z.shape[-1]:
+        kth = mt.topk(z, top_k).values[-1]
+        z = z.masked_fill(z < kth, float("-inf"))
+    return int(mt.multinomial(mt.softmax(z, -1), 1, generator=generator).item())
 
 
 def sample(model, tokenizer: CharTokenizer, prompt: str, chars: int, args) -> str:
     """``prompt`` continued by ``chars`` characters, each seeing the last ``--block``."""
-    rng = np.random.default_rng(args.seed)
+    generator = mt.Generator().manual_seed(args.seed)
     tokens = list(tokenizer.encode(prompt))
     model.eval()
     with mt.no_grad():
         for _ in range(chars):
             context = np.asarray(tokens[-args.block:], dtype=np.int64)[None]
-            logits = model(mt.from_numpy(context).to(args.device))[0, -1].numpy()
-            tokens.append(pick(logits, args.temperature, args.top_k, rng))
+            logits = model(mt.from_numpy(context).to(args.device))[0, -1]
+            tokens.append(pick(logits, args.temperature, args.top_k, generator))
     model.train()
     return tokenizer.decode(tokens)
 

@@ -140,8 +140,8 @@ def test_decay_applies_to_2d_weights_only(example) -> None:
 
 
 def test_pick_draws_among_the_top_k_only(example) -> None:
-    rng = np.random.default_rng(0)
-    logits = np.array([0.0, 3.0, 1.0, 2.9, -1.0], dtype=np.float32)
+    rng = mt.Generator().manual_seed(0)
+    logits = mt.tensor([0.0, 3.0, 1.0, 2.9, -1.0])
     assert {example.pick(logits, 1.0, 1, rng) for _ in range(50)} == {1}
     assert {example.pick(logits, 1.0, 2, rng) for _ in range(200)} == {1, 3}
     assert {example.pick(logits, 0.01, 0, rng) for _ in range(50)} == {1}  # cold: argmax
