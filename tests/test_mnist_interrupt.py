@@ -53,9 +53,11 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def run_until(args: list[str], marker: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the example, send SIGINT once ``marker`` appears on stdout, wait for the end."""
-    proc = subprocess.Popen([sys.executable, str(EXAMPLE), *args], stdout=subprocess.PIPE,
+def run_until(args: list[str], marker: str, timeout: float = 120,
+              script: Path = EXAMPLE) -> subprocess.CompletedProcess:
+    """Run the example ``script``, send SIGINT once ``marker`` appears on stdout, wait for
+    the end."""
+    proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT,
                             preexec_fn=default_sigint)
     stderr: list[str] = []

@@ -7,11 +7,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,8 @@ import pytest
 
 import minitorch_exp as mt
 
-from .test_mnist_interrupt import ENV, assert_interrupted, default_sigint, resume_words
+from .test_mnist_interrupt import ENV, assert_interrupted, resume_words
+from .test_mnist_interrupt import run_until as _run_until
 
 pytest.importorskip("tqdm")
 
@@ -47,27 +45,7 @@ def corpus(tmp_path_factory) -> Path:
 
 def run_until(args: list[str], marker: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the example, send SIGINT once ``marker`` appears on stdout, wait for the end."""
-    proc = subprocess.Popen([sys.executable, str(EXAMPLE), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT,
-                            preexec_fn=default_sigint)
-    stderr: list[str] = []
-    reader = threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True)
-    reader.start()
-    stdout, deadline = [], time.monotonic() + timeout
-    for line in proc.stdout:
-        stdout.append(line)
-        if marker in line:
-            proc.send_signal(signal.SIGINT)
-            break
-        assert time.monotonic() < deadline, "".join(stdout)
-    else:
-        proc.wait()
-        pytest.fail(f"{marker!r} never printed:\n{''.join(stdout)}\n{''.join(stderr)}")
-    stdout.extend(proc.stdout)
-    proc.wait(timeout=timeout)
-    reader.join(timeout=10)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(stdout),
-                                       "".join(stderr))
+    return _run_until(args, marker, timeout, script=EXAMPLE)
 
 
 def tiny_args(corpus: Path, out: Path, steps: int) -> list[str]:
