@@ -44,6 +44,7 @@ from common import (
     _atomic_write_text,
     format_seconds,
     interleaved_timeit,
+    phase_times,
     pin_threads,
     print_machine_info,
 )
@@ -175,14 +176,7 @@ def minitorch_run(setup: Setup, captured: bool = False, clip: bool = True):
 
     def phases(i: int):
         x, y = pool[i % POOL]
-        opt.zero_grad()
-        t0 = time.perf_counter()
-        loss = forward(x, y)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        update()
-        return t1 - t0, t2 - t1, time.perf_counter() - t2
+        return phase_times(opt.zero_grad, lambda: forward(x, y), update)[0]
 
     def val_loss() -> float:
         return example.whole_split_loss(model, setup.val_tokens, a.block, "cpu")
@@ -221,14 +215,7 @@ def torch_run(setup: Setup):
 
     def phases(i: int):
         x, y = setup.pool[i % POOL]
-        opt.zero_grad()
-        t0 = time.perf_counter()
-        loss = forward(x, y)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        update()
-        return t1 - t0, t2 - t1, time.perf_counter() - t2
+        return phase_times(opt.zero_grad, lambda: forward(x, y), update)[0]
 
     def val_loss() -> float:
         n = (len(setup.val_tokens) - 1) // a.block

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 from common import (
@@ -40,6 +39,7 @@ from common import (
     _atomic_write_text,
     format_seconds,
     interleaved_timeit,
+    phase_times,
     pin_threads,
     print_machine_info,
 )
@@ -115,15 +115,10 @@ def minitorch_step(state, data, dropout=DROPOUT, captured=False):
 
     def phases():
         x, y = pool.next()
-        opt.zero_grad()
-        t0 = time.perf_counter()
-        loss, h, c = forward(x, y, *hidden[0])
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        update()
+        times, (_, h, c) = phase_times(opt.zero_grad, lambda: forward(x, y, *hidden[0]),
+                                       update)
         hidden[0] = (h, c)
-        return t1 - t0, t2 - t1, time.perf_counter() - t2
+        return times
 
     return step, lambda: [p.numpy() for p in model.parameters()], phases
 
@@ -157,14 +152,7 @@ def torch_step(state, data, dropout=DROPOUT):
 
     def phases():
         x, y = pool.next()
-        opt.zero_grad()
-        t0 = time.perf_counter()
-        loss = forward(x, y)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        update()
-        return t1 - t0, t2 - t1, time.perf_counter() - t2
+        return phase_times(opt.zero_grad, lambda: forward(x, y), update)[0]
 
     return step, lambda: [p.detach().numpy() for p in model.parameters()], phases
 

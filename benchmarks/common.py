@@ -196,6 +196,20 @@ class Cycle:
         return item
 
 
+def phase_times(zero_grad, forward, update) -> tuple[tuple[float, float, float], Any]:
+    """One training step timed phase by phase: seconds of ``forward()`` (the loss, or a
+    tuple that starts with it), of the loss's backward and of ``update()``; and what
+    ``forward`` returned."""
+    zero_grad()
+    t0 = time.perf_counter()
+    out = forward()
+    t1 = time.perf_counter()
+    (out[0] if isinstance(out, tuple) else out).backward()
+    t2 = time.perf_counter()
+    update()
+    return (t1 - t0, t2 - t1, time.perf_counter() - t2), out
+
+
 def timeit(fn: Callable[[], Any], *, min_time: float = 0.2, repeat: int = 5,
            sync: Callable[[], Any] | None = None) -> float:
     """Time ``fn()`` robustly.
