@@ -11,6 +11,7 @@ import numpy as np
 
 from ..node import eager, ops
 from ..node.function import Function
+from ..node.library_ops import index_select
 from ..node.masks import constant
 from ..node.node import Node
 from ..tensor import capture
@@ -161,26 +162,36 @@ def embedding(input, weight: Node, padding_idx: int | None = None,  # noqa: A002
               max_norm=None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
               sparse: bool = False) -> Node:
     """Rows of ``weight`` (num_embeddings, dim) picked by integer ``input`` of any shape;
-    the row ``padding_idx`` gets no gradient."""
+    the row ``padding_idx`` gets no gradient. The rows are one ``index_select`` (a library
+    call a captured step repeats), and the range check a host op, so a replay looks up
+    and checks each new batch's indices."""
     if max_norm is not None or scale_grad_by_freq or sparse:
         raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not "
                                   "supported")
     if len(weight.shape) != 2:
         raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got "
                          f"shape {tuple(weight.shape)}")
-    idx = input.numpy() if isinstance(input, Node) else np.asarray(input)
+    t = input.value if isinstance(input, Node) else from_array(np.asarray(input))
     rows = weight.shape[0]
-    if idx.dtype.kind not in "iu":
-        raise TypeError(f"embedding: indices must be integers, got {idx.dtype}")
-    if idx.size and (idx.min() < 0 or idx.max() >= rows):
-        raise IndexError(f"embedding: indices must be in [0, {rows}), got range "
-                         f"[{idx.min()}, {idx.max()}]")
-    out = ops.getitem(weight, idx)
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got {t.dtype}")
+    capture.host_op(functools.partial(_check_indices, t, rows))
+    index = Node(t if t.dtype in (np.int64, np.int32) else t.astype(np.int64)).to(
+        weight.device)
+    out = ops.reshape(index_select(weight, 0, ops.reshape(index, (-1,))),
+                      (*t.shape, weight.shape[1]))
     padding_idx = embedding_padding_idx(padding_idx, rows)
     if padding_idx is None:
         return out
-    keep = from_array((idx != padding_idx)[..., None].astype(weight.dtype)).to(weight.device)
-    return _MaskGrad.apply(out, keep=keep)
+    keep = ops.unsqueeze(ops.astype(index != padding_idx, weight.dtype), -1)
+    return _MaskGrad.apply(out, keep=eager.realize(keep.value))
+
+
+def _check_indices(t, rows: int) -> None:
+    idx = t.numpy(writable=False)
+    if idx.size and (idx.min() < 0 or idx.max() >= rows):
+        raise IndexError(f"embedding: indices must be in [0, {rows}), got range "
+                         f"[{idx.min()}, {idx.max()}]")
 
 
 def _targets(target, n_classes: int, device):

@@ -16,52 +16,47 @@ def _with_grads(parameters) -> list[Node]:
     return [p for p in parameters if p.grad is not None]
 
 
-def _norm(g: Node, norm_type: float) -> float:
-    if g.numel() == 0:
-        return 0.0
-    a = g.abs()
-    return float(a.amax()) if norm_type == math.inf else float((a ** norm_type).sum())
-
-
-def _total_norm(tensors: list, norm_type: float, error_if_nonfinite: bool) -> float:
+def _total_norm(tensors: list, norm_type: float, error_if_nonfinite: bool) -> Node:
+    """The ``norm_type``-norm of ``tensors`` together, a 0-d tensor of the first one's
+    dtype and device, as PyTorch returns norms. Computed by tensor ops, nothing read on
+    the host (unless ``error_if_nonfinite`` asks), so a captured step can clip."""
     norm_type = float(norm_type)
-    parts = [_norm(t, norm_type) for t in tensors]
-    total = max(parts, default=0.0) if norm_type == math.inf else \
-        sum(parts) ** (1.0 / norm_type)
-    if error_if_nonfinite and not math.isfinite(total):
+    tensors = [t for t in tensors if t.numel()]
+    if not tensors:
+        return tensor(0.0)
+    with no_grad():
+        if norm_type == math.inf:
+            total = ops.stack([t.abs().amax() for t in tensors]).amax()
+        else:
+            total = ops.stack([(t.abs() ** norm_type).sum() for t in tensors]).sum()
+            total = total ** (1.0 / norm_type)
+    if error_if_nonfinite and not math.isfinite(float(total)):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is "
-                           f"{total}, so they cannot be clipped; pass "
+                           f"{float(total)}, so they cannot be clipped; pass "
                            "error_if_nonfinite=False to clip anyway")
     return total
-
-
-def _as_tensor(total: float, tensors: list) -> Node:
-    """A 0-d tensor of the first tensor's dtype and device, as PyTorch returns norms."""
-    like = tensors[0] if tensors else None
-    return tensor(total, dtype=None if like is None else like.dtype,
-                  device=None if like is None else like.device)
 
 
 def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = False,
                    foreach=None) -> Node:
     """The ``norm_type``-norm of all the ``tensors`` together, as one vector."""
     tensors = [tensors] if isinstance(tensors, Node) else list(tensors)
-    return _as_tensor(_total_norm(tensors, norm_type, error_if_nonfinite), tensors)
+    return _total_norm(tensors, norm_type, error_if_nonfinite)
 
 
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False, foreach=None, *, eps: float = 1e-6):
-    """Scale the gradients in place so that their norm together is at most ``max_norm``
-    (by ``max_norm / (norm + eps)`` when below 1); returns the norm before, a 0-d tensor
-    of the first gradient's dtype, as PyTorch's. ``foreach`` is accepted."""
+    """Scale the gradients in place so that their norm together is at most ``max_norm``:
+    by ``min(max_norm / (norm + eps), 1)``, as a tensor (PyTorch's way: nothing read on
+    the host, so a captured step clips each replay by its own norm); returns the norm
+    before, a 0-d tensor of the first gradient's dtype. ``foreach`` is accepted."""
     grads = [p.grad for p in _with_grads(parameters)]
     total = _total_norm(grads, norm_type, error_if_nonfinite)
-    scale = float(max_norm) / (total + eps)
-    if scale < 1.0:
-        with no_grad():
-            for g in grads:
-                g.mul_(scale)
-    return _as_tensor(total, grads)
+    with no_grad():
+        scale = ops.minimum(float(max_norm) / (total + eps), 1.0)
+        for g in grads:
+            g.mul_(scale)
+    return total
 
 
 def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:

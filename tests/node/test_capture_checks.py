@@ -108,12 +108,42 @@ def test_replays_with_bad_batches_equal_an_eager_twin(shift):
     assert sum(isinstance(call[0], str) for call in runs[0]) == 3
 
 
-@pytest.mark.parametrize("body", [
-    lambda w, x, i: F.embedding(i, w).sum(),
-    lambda w, x, i: (w[i] * x).sum(),
-], ids=["embedding", "tensor_index"])
-def test_steps_whose_checks_read_index_values_are_refused_not_replayed(body):
+def test_a_captured_embedding_looks_up_and_checks_each_batch():
+    """The lookup is a library call and the range check a host op: replays give each new
+    batch's rows and gradients, and a bad index raises before the step writes anything."""
+    emb = nn.Embedding(5, 3)
+    opt = nn.optim.SGD(emb.parameters(), lr=0.1)
+
+    def step(i, g):
+        opt.zero_grad()
+        loss = (emb(i) * g).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    captured = mt.capture(step)
+    rng = np.random.default_rng(0)
+    for indices in ([0, 4, 4], [1, 2, 3], [3, 3, 0], [2, 0, 1]):
+        g = mt.tensor(rng.standard_normal((3, 3)).astype(np.float32))
+        before = emb.weight.numpy().copy()
+        want = before.copy()
+        np.add.at(want, indices, -0.1 * g.numpy())
+        loss = captured(mt.tensor(indices), g)
+        np.testing.assert_allclose(loss.numpy(), (before[indices] * g.numpy()).sum(),
+                                   rtol=1e-5)
+        np.testing.assert_allclose(emb.weight.numpy(), want, rtol=1e-5, atol=1e-6)
+    assert len(captured.recordings) == 1
+    before = emb.weight.numpy().copy()
+    for bad in ([0, 5, 1], [-1, 0, 0]):
+        with pytest.raises(IndexError, match=r"indices must be in \[0, 5\)"):
+            captured(mt.tensor(bad), g)
+        np.testing.assert_array_equal(emb.weight.numpy(), before)
+    assert len(captured.recordings) == 1
+
+
+def test_steps_whose_checks_read_index_values_are_refused_not_replayed():
     w = nn.Parameter(np.ones((5, 3), np.float32))
+    body = lambda w, x, i: (w[i] * x).sum()  # noqa: E731
     step = mt.capture(lambda x, i: body(w, x, i))
     x = mt.ones(2, 3)
     step(x, mt.tensor([0, 4]))  # the warm-up runs eagerly
