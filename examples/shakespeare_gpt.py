@@ -72,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--temperature", type=float, default=0.8, help="sampling temperature")
     add("--top-k", type=int, default=10, help="sample among this many likeliest (0: all)")
     add("--device", default="cpu", help="'cpu' or 'cuda' (needs CuPy)")
+    add("--no-capture", action="store_true",
+        help="run every step eagerly instead of replaying its captured kernels (slower)")
     add("--seed", type=int, default=0, help="seed for init, batches and sampling")
     add("--data", default=str(CORPUS), help="text file to train on")
     add("--out", default="runs/shakespeare_gpt",
@@ -216,29 +218,36 @@ def learning_rate(step: int, args) -> float:
     return low + (args.lr - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def loss_of(model, x: np.ndarray, y: np.ndarray, device: str):
-    logits = model(mt.from_numpy(x).to(device))
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                           mt.from_numpy(y.reshape(-1)).to(device))
+def tensors(x: np.ndarray, y: np.ndarray, device: str):
+    return mt.from_numpy(x).to(device), mt.from_numpy(y).to(device)
 
 
-def make_train_step(model, optimizer, clip: float):
-    def train_step(x, y, device):
+def loss_of(model, x, y):
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def make_train_step(model, optimizer, clip: float, captured: bool = True):
+    """One training step: forward, loss, backward, clipping, AdamW. Returns the loss (a
+    Node: nothing is read inside the step). Captured (the default), its kernels are
+    recorded once and replayed without the Python around them (``mt.capture``); the
+    optimizer's step runs again in each replay, so it sees the schedule's rate."""
+    def train_step(x, y):
         optimizer.zero_grad()
-        loss = loss_of(model, x, y, device)
+        loss = loss_of(model, x, y)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
-        return loss.item()
+        return loss
 
-    return train_step
+    return mt.capture(train_step) if captured else train_step
 
 
 def mean_loss(model, batches, device: str) -> float:
     """The mean loss over ``batches`` ((inputs, targets) pairs), without a graph."""
     model.eval()
     with mt.no_grad():
-        losses = [loss_of(model, x, y, device).item() for x, y in batches]
+        losses = [loss_of(model, *tensors(x, y, device)).item() for x, y in batches]
     model.train()
     return float(np.mean(losses))
 
@@ -367,7 +376,7 @@ def train_steps(run: Run, train_tokens, eval_batches: dict, stop: shared.StopReq
     """Train to ``--steps``, evaluating and checkpointing every ``--eval-interval``; raises
     ``shared.Interrupted`` when Ctrl-C asked to stop."""
     args, history = run.args, run.history
-    train_step = make_train_step(run.model, run.optimizer, args.clip)
+    train_step = make_train_step(run.model, run.optimizer, args.clip, not args.no_capture)
     if run.step == 0 and not history["eval_step"]:
         evaluate(run, eval_batches)
     started, first = time.perf_counter(), run.step
@@ -379,7 +388,8 @@ def train_steps(run: Run, train_tokens, eval_batches: dict, stop: shared.StopReq
             lr = learning_rate(run.step, args)
             for group in run.optimizer.param_groups:
                 group["lr"] = lr
-            loss = train_step(*step_batch(train_tokens, run.step, args), args.device)
+            batch = tensors(*step_batch(train_tokens, run.step, args), args.device)
+            loss = train_step(*batch).item()
             run.step += 1
             history["step"].append(run.step)
             history["lr"].append(lr)
