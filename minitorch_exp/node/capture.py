@@ -48,8 +48,9 @@ So ``fn``'s Python runs twice per signature. What follows from that:
   call makes them: a class target outside ``[0, C)`` raises cross-entropy's
   ``ValueError`` before the backward and the optimizer's step run, so they write
   nothing (what the forward wrote before it, BatchNorm's running statistics, is
-  written as eagerly). Ops whose checks or indices need values read on the host
-  (``embedding``, indexing by a tensor) raise ``CaptureError`` when recorded;
+  written as eagerly); so are ``embedding``'s index check and the library ops
+  (``gather``, ``topk``...). Indexing by a tensor, whose very shape needs values
+  read on the host, raises ``CaptureError`` when recorded;
 * reading values inside it raises ``CaptureError``; each call returns new
   detached copies of the tensors ``fn`` returned, to read outside;
 * a parameter that receives a gradient and was given a new value object since

@@ -704,7 +704,7 @@ def _apply(op: OpDef, operands: tuple) -> Exp:
     if op.check is not None:
         op.check(*args)
     for x in operands:
-        if _beyond_int64(x):  # before Scalar made it a float
+        if type(x) is int and not _INT64_MIN <= x <= _INT64_MAX:  # before Scalar: a float
             _check_big_int(op.name, [a for a in args if type(a) is not Scalar], x)
     for a in args:
         if type(a) is not Scalar:
