@@ -186,7 +186,10 @@ def _add_slice(prev, s: SliceGradient) -> _Slices:
 def _term(ig):
     """A gradient a backward returned (not an array) as backward carries it: an
     expression, computed now below the fusion threshold, realized when its chain grows
-    past ``MAX_FUSED_OPS``."""
+    past ``MAX_FUSED_OPS``. A NumPy scalar -- a rule's arithmetic on a 0-d array gives
+    one -- is that array, not a constant that broadcasts (tests/node/test_reduce_0d.py)."""
+    if isinstance(ig, np.generic):
+        return np.asarray(ig)
     ig = ig._value if isinstance(ig, Node) else as_exp(ig)
     if ig.kind != RVALUE and (eager.computes_now(ig)
                               or count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS):
