@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..node import ops
 from ..node.node import Node, full
+from ..node.tensor_methods import narrow
 from ..node.views import flip
 from .module import Module
 
@@ -37,7 +38,7 @@ def pad(input: Node, pad, mode: str = "constant", value: float | None = None) ->
 
 def _pad_dim(x: Node, dim: int, before: int, after: int, mode: str, value: float) -> Node:
     n = x.shape[dim]
-    x = _narrow(x, dim, max(-before, 0), n - max(-after, 0))  # negative pads crop
+    x = narrow(x, dim, max(-before, 0), n - max(-before, 0) - max(-after, 0))  # crops
     before, after, n = max(before, 0), max(after, 0), x.shape[dim]
     if mode == "reflect" and max(before, after) >= n or mode != "constant" and \
             max(before, after) > n:
@@ -58,18 +59,12 @@ def _border(x: Node, dim: int, width: int, mode: str, value: float, first: bool)
         shape = x.shape[:dim] + (width,) + x.shape[dim + 1:]
         return full(shape, value, dtype=x.dtype, device=x.device)
     if mode == "replicate":
-        edge = _narrow(x, dim, 0, 1) if first else _narrow(x, dim, n - 1, n)
+        edge = narrow(x, dim, 0 if first else n - 1, 1)
         return ops.expand(edge, *(x.shape[:dim] + (width,) + x.shape[dim + 1:]))
     if mode == "reflect":  # the edge itself is not repeated
-        side = _narrow(x, dim, 1, width + 1) if first else _narrow(x, dim, n - 1 - width, n - 1)
+        side = narrow(x, dim, 1 if first else n - 1 - width, width)
         return flip(side, (dim,))
-    return _narrow(x, dim, n - width, n) if first else _narrow(x, dim, 0, width)  # circular
-
-
-def _narrow(x: Node, dim: int, start: int, stop: int) -> Node:
-    if start == 0 and stop == x.shape[dim]:
-        return x
-    return ops.getitem(x, (slice(None),) * dim + (slice(start, stop),))
+    return narrow(x, dim, n - width if first else 0, width)  # circular
 
 
 class _Pad(Module):
