@@ -41,7 +41,6 @@ SCRATCH_FROM = 1 << 14
 SAVER_UFUNCS = {saver: OPS[row].numpy for saver, row in SAVER_ROWS.items()}
 
 
-
 def _cast_to(dtype):
     def cast(x, out=None):
         if out is None:
