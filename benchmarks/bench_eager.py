@@ -513,10 +513,11 @@ def cpu_time(fn, number: int = 2000, rounds: int = 15) -> float:
 def anatomy_pieces() -> dict:
     """What making one ``a * b`` Node (2x2 float32, requires grad) costs, piece by piece,
     lazy (the fused path) and computed at once, and PyTorch's op for scale."""
-    from minitorch_exp.node import anomaly, eager
+    from minitorch_exp.node import anomaly
     from minitorch_exp.node.function import Context
     from minitorch_exp.node.node import Node, lazy_value
     from minitorch_exp.node.ops import Elementwise
+    from minitorch_exp.tensor import eager
     from minitorch_exp.tensor.engine import realize
     from minitorch_exp.tensor.expr import Map
     from minitorch_exp.tensor.ops import OPS
@@ -586,9 +587,9 @@ def row_operands(name: str, n: int, rng) -> list:
 
 def compiled_loop(name: str, arrays: list):
     """The engine's kernel of the row ``name`` alone, called on the whole arrays as
-    node/eager.py calls it for the rows marked ``numpy_slow`` (whatever the row)."""
-    from minitorch_exp.node.eager import wrap
+    tensor/eager.py calls it for the rows marked ``numpy_slow`` (whatever the row)."""
     from minitorch_exp.tensor import cpu_numba
+    from minitorch_exp.tensor.eager import wrap
     from minitorch_exp.tensor.expr import apply_op
     from minitorch_exp.tensor.plan import make_plan
 
@@ -596,7 +597,7 @@ def compiled_loop(name: str, arrays: list):
     plan, _, scalars = make_plan(e, 1)
     kernel = cpu_numba.flat_module(plan, e.dtype)
     args = [x for a in arrays for x in (a, 0)] + list(scalars)
-    return lambda: cpu_numba.run_flat(kernel, arrays[0].shape, e.dtype, args)
+    return lambda: cpu_numba.run_flat(kernel, arrays[0].shape, args, e.dtype)
 
 
 def rows(min_time: float) -> Table:
@@ -604,7 +605,7 @@ def rows(min_time: float) -> Table:
     (the rows far behind are marked ``numpy_slow``), then relu's forward and forward +
     backward computed at once with and without the loop, by size: where it starts to
     pay is ``eager.COMPILED_FROM``."""
-    from minitorch_exp.node import eager
+    from minitorch_exp.tensor import eager
     from minitorch_exp.tensor.ops import OPS
 
     rng = np.random.default_rng(0)
@@ -641,7 +642,7 @@ def rows(min_time: float) -> Table:
 def with_eager(step, name: str, value):
     """``step`` run with ``eager.<name>`` (a module constant: ``COMPILED_FROM``,
     ``MANY_ROWS``) set to ``value``, set back after."""
-    from minitorch_exp.node import eager
+    from minitorch_exp.tensor import eager
 
     def run():
         saved = getattr(eager, name)
@@ -664,7 +665,7 @@ def folds(min_time: float) -> Table:
     too ("fold along"), and ``eager.fold`` as it is, which reduces a transposed copy
     where ``eager.short_rows`` says (a last axis of ``SHORT_ROW`` or fewer in
     ``MANY_ROWS`` rows or more; those shapes are marked "across")."""
-    from minitorch_exp.node import eager
+    from minitorch_exp.tensor import eager
 
     print(f"\n== reductions of short rows, float32, 1 thread ({load_line()}); "
           f"across a copy from {eager.MANY_ROWS} rows of at most {eager.SHORT_ROW}")

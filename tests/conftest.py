@@ -237,7 +237,7 @@ def pytest_terminal_summary(terminalreporter):
 def fuse_all():
     """Every Node op kept lazy (fusion threshold 0), whatever its size: for tests that
     count kernels, check laziness or compare fused kernels bit for bit on small tensors,
-    which below the default threshold are computed at once with NumPy (node/eager.py)."""
+    which below the default threshold are computed at once with NumPy (tensor/eager.py)."""
     from minitorch_exp.node.grad_mode import get_fusion_threshold, set_fusion_threshold
     old = get_fusion_threshold()
     set_fusion_threshold(0)

@@ -9,12 +9,12 @@ import warnings
 
 import numpy as np
 
-from ..node import eager, ops
+from ..node import ops
 from ..node.function import Function
 from ..node.library_ops import index_select
 from ..node.masks import constant
 from ..node.node import Node
-from ..tensor import capture
+from ..tensor import capture, eager
 from ..tensor.creation import arange, rand
 from ..tensor.engine import realize
 from ..tensor.tensor import from_array

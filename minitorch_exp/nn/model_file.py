@@ -186,7 +186,8 @@ def encode(model: Module) -> dict:
 
 def is_model_file(root: Any) -> bool:
     """Whether a loaded checkpoint's root is a whole model's description."""
-    return isinstance(root, dict) and root.get("format") == FORMAT
+    return isinstance(root, dict) and isinstance(root.get("format"), str) \
+        and root["format"] == FORMAT  # a mutated file may hold an array there
 
 
 # ---------------------------------------------------------------------- decode

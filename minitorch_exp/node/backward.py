@@ -11,7 +11,7 @@ it reaches a leaf (or a dot, or a reduction). Two rules keep that honest:
   kernels and recursion stay bounded however long the chain.
 
 Below the fusion threshold nothing waits: gradients are computed at once and
-travel as NumPy arrays (node/eager.py), summed and written into ``.grad`` with
+travel as NumPy arrays (tensor/eager.py), summed and written into ``.grad`` with
 NumPy.
 """
 
@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tensor import creation
-from ..tensor.engine import assign
+from ..tensor import creation, eager
+from ..tensor.engine import assign, realize
 from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
-from . import anomaly, capture, eager
-from .eager import realize
+from . import anomaly, capture
 from .function import SliceGradient
 from .hooks import HOOKS, run_hooks
 from .node import MAX_FUSED_OPS, Node, count_ops
@@ -109,7 +108,7 @@ def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
             g = _retain(node, g, trace)
         if trace is not None:
             trace.step(node, g)
-        if type(g) is np.ndarray:  # computed at once (node/eager.py): nothing to realize
+        if type(g) is np.ndarray:  # computed at once (tensor/eager.py): nothing to realize
             if not ctx.fn.array_grads:
                 g = eager.wrap(g)
         elif g.kind == COMPLEX and not (type(g) is Dot and ctx.fn.transposes_products):
@@ -244,7 +243,7 @@ def _retain(node: Node, g, trace):
 
 
 def _accumulate_now(leaf: Node, g: np.ndarray) -> None:
-    """``_accumulate`` with NumPy, for a gradient computed at once (node/eager.py)."""
+    """``_accumulate`` with NumPy, for a gradient computed at once (tensor/eager.py)."""
     grad = leaf._grad
     if grad is None:
         dst = leaf.grad_buffer

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 
+from ..tensor import eager
 from ..tensor.backends import cpu_backend
 from ..tensor.device import as_device
 from ..tensor.explain import (
@@ -26,7 +27,6 @@ from ..tensor.explain import (
 )
 from ..tensor.expr import RVALUE, Reduce, describe
 from ..tensor.graphwalk import post_order
-from . import eager
 from .node import Node
 from .ops import Elementwise
 

@@ -92,7 +92,7 @@ def _step_text(i: int, step: Step, node_name, seen: set[int]) -> list[str]:
     if not kernels and step.counts:
         kernels = [f"       {_counts_text(step.counts)} (no debug line)"]
     if not kernels and not step.rule:
-        kernels = ["       no kernel: written at once with NumPy (node/eager.py)"]
+        kernels = ["       no kernel: written at once with NumPy (tensor/eager.py)"]
     return [head] + body + kernels
 
 

@@ -49,7 +49,7 @@ class Context:
     @classmethod
     def computed(cls, fn, inputs: tuple, needs: tuple, attrs: dict, saved: tuple,
                  arrays: tuple | None = None) -> Context:
-        """The context of an op computed at once (node/eager.py), made directly: ``saved``
+        """The context of an op computed at once (tensor/eager.py), made directly: ``saved``
         are Tensors and Python numbers, so their versions are all there is to keep, and
         ``arrays`` (if given) the same values as the forward read them. The
         everyday eager op makes one of these; __init__ and ``save_for_backward`` cost
@@ -227,7 +227,7 @@ class Function:
     #: product: ``(A @ B).T`` becomes ``B.T @ A.T``, written by BLAS in the right layout.
     transposes_products = False
     #: Its backward takes a NumPy array as the gradient and may return arrays (an op
-    #: computed now, node/eager.py); others get a Tensor.
+    #: computed now, tensor/eager.py); others get a Tensor.
     array_grads = False
 
     @classmethod

@@ -13,15 +13,8 @@ import functools
 import operator
 import threading
 
-from ..tensor import environment
-
-#: Elements below which a CPU op is computed at once with NumPy instead of kept lazy
-#: (node/eager.py): measured by ``benchmarks/bench_eager.py --sweep``, where a chain of
-#: lazy ops starts to beat the same ops computed one by one (docs/eager.md): at 2^16
-#: elements the fused chain took 1.03-1.12x the time, at 3 x 2^15 0.83-0.88x -- where
-#: numba's kernels start to split between threads too (``numba_launch.parallel_min``).
-MEASURED_FUSION_THRESHOLD = 3 << 15
-THRESHOLD_ENV = "MINITORCH_FUSION_THRESHOLD"
+# The threshold is the engine's policy (tensor/eager.py); it is set from here.
+from ..tensor.eager import MEASURED_FUSION_THRESHOLD, THRESHOLD_ENV, policy  # noqa: F401
 
 
 def _checked_threshold(n, what: str) -> int:
@@ -37,17 +30,11 @@ def _checked_threshold(n, what: str) -> int:
     return value
 
 
-def _default_threshold() -> int:
-    return environment.whole_number(THRESHOLD_ENV, MEASURED_FUSION_THRESHOLD,
-                                    what="elements; 0 fuses every op")
-
-
 class _Modes(threading.local):
     """This thread's modes; the class attributes are a new thread's defaults."""
 
     grad = True
     fusion = True
-    threshold = _default_threshold()
 
 
 _modes = _Modes()
@@ -114,14 +101,14 @@ def fusion(enabled: bool = True, *, threshold: int | None = None):
     """``with mt.fusion(False):`` realizes every op eagerly (for comparison and debugging);
     ``with mt.fusion(threshold=0):`` keeps even the smallest ops lazy, to fuse
     (``set_fusion_threshold``)."""
-    old = _modes.fusion, _modes.threshold
+    old = _modes.fusion, policy.threshold
     if threshold is not None:
-        _modes.threshold = _checked_threshold(threshold, "fusion(threshold=...)")
+        policy.threshold = _checked_threshold(threshold, "fusion(threshold=...)")
     _modes.fusion = enabled
     try:
         yield
     finally:
-        _modes.fusion, _modes.threshold = old
+        _modes.fusion, policy.threshold = old
 
 
 # For the calling thread only, like the rest of this module (a new thread starts fusing).
@@ -131,7 +118,7 @@ def set_fusion(enabled: bool) -> None:
 
 def get_fusion_threshold() -> int:
     """Elements below which this thread computes a CPU op at once instead of fusing it."""
-    return _modes.threshold
+    return policy.threshold
 
 
 def set_fusion_threshold(n: int | None) -> None:
@@ -139,6 +126,6 @@ def set_fusion_threshold(n: int | None) -> None:
     None: back to the default, ``MINITORCH_FUSION_THRESHOLD`` or the measured one).
     For the calling thread only, like the other modes."""
     if n is None:
-        vars(_modes).pop("threshold", None)  # the class attribute, the default, shows
+        vars(policy).pop("threshold", None)  # the class attribute, the default, shows
         return
-    _modes.threshold = _checked_threshold(n, "set_fusion_threshold")
+    policy.threshold = _checked_threshold(n, "set_fusion_threshold")

@@ -20,7 +20,8 @@ import weakref
 import numpy as np
 
 from ..tensor import capture as recording
-from . import eager
+from ..tensor import eager
+from ..tensor.engine import realize
 
 #: ``id(node)`` -> its hooks, a list of (handle id, hook) in the order they run; an
 #: entry goes with its Node (a WeakKeyDictionary would compare Nodes with ``==``,
@@ -86,7 +87,7 @@ def run_hooks(node, g):
     in the same form."""
     from .node import Node
     refuse_while_recording("a tensor hook")
-    value = eager.wrap(g) if type(g) is np.ndarray else eager.realize(g)
+    value = eager.wrap(g) if type(g) is np.ndarray else realize(g)
     for _, hook in list(HOOKS[id(node)]):
         out = hook(Node(value))
         if out is not None:

@@ -21,12 +21,12 @@ import numpy as np
 
 from ..tensor import creation, dtypes
 from ..tensor import library as L
+from ..tensor.engine import realize
 from ..tensor.expr import apply_op
 from ..tensor.generator import Generator
 from ..tensor.layout import normalize_axes, normalize_axis
 from ..tensor.tensor import from_array
 from . import ops
-from .eager import realize
 from .function import Function
 from .masks import _in_place_form
 from .node import Node

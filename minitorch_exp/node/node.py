@@ -16,14 +16,13 @@ import sys
 
 import numpy as np
 
-from ..tensor import capture, creation, dtypes
+from ..tensor import capture, creation, dtypes, eager
 from ..tensor.engine import assign, realize
 from ..tensor.expr import RVALUE, Exp, Map, as_exp
 from ..tensor.ops import OPS
 from ..tensor.tensor import Tensor, _is_basic_index
 from ..tensor.tensor import from_numpy as tensor_from_numpy
 from ..tensor.tensor import tensor as make_tensor
-from . import eager
 from .devices import default_device
 from .function import _storages
 from .grad_mode import is_grad_enabled
@@ -64,7 +63,7 @@ class Node:
         """The realized Tensor (evaluating a lazy expression once)."""
         v = self._value
         if v.kind != RVALUE:
-            t = self._value = eager.realize(v)
+            t = self._value = realize(v)
             self._lazy_ops = 0
             self._reads = None
             shared = _realized_into(v, t.storage)
@@ -472,14 +471,14 @@ def _realized_into(e: Exp, storage) -> list:
 
 def lazy_value(value: Exp, lazy: bool, parents, known_reads: dict) -> Node:
     """Wrap a Function's result: keep an elementwise expression lazy, or realize it now
-    (and at once, with NumPy, below the fusion threshold: node/eager.py).
+    (and at once, with NumPy, below the fusion threshold: tensor/eager.py).
 
     ``known_reads``: the storages each lazy parent's tree reads, by ``id`` of the tree.
     """
     if value.kind == RVALUE:
         return Node(value)
     if not lazy:
-        return Node(eager.realize(value))
+        return Node(realize(value))
     if eager.computes_now(value):
         return Node(value).realize()  # kept on write if the tree is shared (Node.value)
     ops = 1 + sum(p._lazy_ops for p in parents if isinstance(p, Node) and p.is_lazy)
@@ -491,7 +490,7 @@ def lazy_value(value: Exp, lazy: bool, parents, known_reads: dict) -> Node:
     reads = _storages([value], known_reads)
     for storage in reads:
         if storage.shared:  # writable from outside, unannounced: read it now
-            return Node(eager.realize(value))
+            return Node(realize(value))
     node = Node(value)
     node._lazy_ops = ops
     node._reads = reads

@@ -19,9 +19,12 @@ import sys
 
 import numpy as np
 
-from ..tensor import blas, capture, creation, dtypes
+from ..tensor import blas, capture, creation, dtypes, eager
 from ..tensor.device import CPU
-from ..tensor.engine import evaluate_copy
+from ..tensor.engine import (
+    evaluate_copy,
+    realize,  # at once with NumPy below the fusion threshold, else fused
+)
 from ..tensor.expr import Dot, Exp, Reduce, apply_op, as_exp
 from ..tensor.layout import (
     broadcast_shapes,
@@ -32,8 +35,7 @@ from ..tensor.layout import (
 )
 from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
-from . import anomaly, eager, promotion
-from .eager import realize  # at once with NumPy below the fusion threshold, else fused
+from . import anomaly, promotion
 from .function import Context, Function, SliceGradient, not_a_tensor
 from .grad_mode import _modes, is_grad_enabled
 from .keywords import pytorch_arguments
@@ -55,7 +57,7 @@ class _Op(Function):
 class Elementwise(Function):
     """Any registered elementwise op; its backward is the op's derivative expression.
 
-    Below the fusion threshold both run at once on NumPy arrays (node/eager.py):
+    Below the fusion threshold both run at once on NumPy arrays (tensor/eager.py):
     forward the row's NumPy form, backward its derivative.
     """
 
@@ -91,7 +93,7 @@ class Elementwise(Function):
 
     @classmethod
     def apply_now(cls, op: str, args: tuple) -> Node | None:
-        """``apply`` for the everyday small case, computed at once (node/eager.py): Nodes
+        """``apply`` for the everyday small case, computed at once (tensor/eager.py): Nodes
         holding tensors of one float dtype (promotion leaves them alone) that broadcast
         into one of them, and Python numbers, below the fusion threshold. It keeps what
         PyTorch-style eager keeps: the value and, when recording, the inputs and what
@@ -201,7 +203,7 @@ def _now(like: Tensor, builtin: bool = True) -> bool:
     operands like ``like``: a built-in row, a float dtype, below the threshold
     (``eager.now``), and no anomaly mode (which checks each op on the general path)."""
     return (builtin and like.dtype.kind == "f" and like.device is CPU
-            and math.prod(like.shape) < _modes.threshold and capture.this_thread.rec is None
+            and math.prod(like.shape) < eager.policy.threshold and capture.this_thread.rec is None
             and not anomaly.this_thread.depth)  # eager.now and more, with no call: every op asks
 
 

@@ -29,7 +29,7 @@ This module imports nothing from the package.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 #: ``(function, args)``: ``function(*args)`` repeats a kernel call exactly.
@@ -89,6 +89,19 @@ class Backend(Protocol):
         ``e.dtype``, ``e.kept_shape`` and its input's ``e.x.shape`` and ``e.x.dtype``:
         the input's values come from ``lowered``, never from evaluating ``e.x``.
         Returns the repeating call or None."""
+
+    def flat_loop(self, plan, dtype) -> Callable | None:
+        """For small work computed at once (eager.py): a compiled loop of ``plan`` over
+        whole C-contiguous arrays of one shape, ``loop(shape, args) -> new array of
+        dtype`` (``args``: each leaf's flat array and offset, then the scalars), where
+        this backend has one that beats NumPy's forms -- an op of ``plan`` NumPy runs
+        slowly (``OpDef.numpy_slow``), every op built in. None: NumPy's forms answer."""
+
+    def column_sums(self, x, plan):
+        """For small work computed at once: ``x.sum(0)`` of a C-ordered 2-D float array
+        (a bias's gradient), accumulated in float64 row after row as NumPy does, by a
+        loop of this backend's (``plan``: one leaf of ``x``'s dtype, which keeps it);
+        None where it has none (NumPy's reduce answers)."""
 
 
 class EvaluatorLaunch:

@@ -41,6 +41,7 @@ benchmarks use from the three modules are re-exported here.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -163,12 +164,15 @@ def _make_elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
     return make_launch(kernel, loops.shape, loops.tails, (False, *loops.copies), n)
 
 
-def flat_kernel(plan, dtype):
-    """The module of ``plan`` over unit-stride 1-D operands writing ``dtype`` -- the
-    kernel the engine runs for a statement over contiguous tensors, for node/eager.py
-    to call by ``run_flat`` without the engine's lowering -- where an op of ``plan`` is
-    one NumPy runs slowly (``OpDef.numpy_slow``) and every op is built in; else None."""
-    return flat_module(plan, dtype) if _runs_flat(plan) else None
+def flat_loop(plan, dtype):
+    """``Backend.flat_loop``: the module of ``plan`` over unit-stride 1-D operands
+    writing ``dtype`` -- the kernel the engine runs for a statement over contiguous
+    tensors -- called by ``run_flat`` without the engine's lowering, where an op of
+    ``plan`` is one NumPy runs slowly and every op is built in; else None."""
+    if not _runs_flat(plan):
+        return None
+    kernel = flat_module(plan, dtype)
+    return None if kernel is None else functools.partial(run_flat, kernel, dtype=dtype)
 
 
 def flat_module(plan, dtype):
@@ -179,7 +183,7 @@ def flat_module(plan, dtype):
     return compiled_or_none(plan, lambda: elementwise_kernel(plan, key, "=", kinds, dtype))
 
 
-def run_flat(kernel, shape: tuple, dtype, args: list) -> np.ndarray:
+def run_flat(kernel, shape: tuple, args: list, dtype) -> np.ndarray:
     """A new array of ``shape`` and ``dtype`` written by ``kernel`` (``flat_kernel``) from
     ``args``: each leaf's flat buffer and offset, then the scalars."""
     out = np.empty(shape, dtype)
@@ -190,14 +194,14 @@ def run_flat(kernel, shape: tuple, dtype, args: list) -> np.ndarray:
 
 def column_sums(x: np.ndarray, plan) -> np.ndarray:
     """``x.sum(0)`` of a C-ordered 2-D float array of at least two columns, in float64
-    accumulators as the engine's sums are: node/eager.py's ``_fold`` for a sum over the
-    rows computed at once (a bias's gradient). ``plan``: the Plan of one leaf of ``x``'s
-    dtype (``result = in0``), which keeps the kernel. NumPy's ``add.reduce(x, 0,
-    dtype=float64)`` casts through buffers, several times slower than the engine's own
-    kernel for a tensor summed over its rows (docs/eager.md, "How an op is computed at
-    once", has the timings). Run serially it adds row after row into one row of
-    accumulators, NumPy's order, so the bits are NumPy's (one column would be a whole
-    sum, which NumPy adds pairwise)."""
+    accumulators as the engine's sums are (``Backend.column_sums``): eager.py's
+    ``_fold`` for a sum over the rows computed at once (a bias's gradient). ``plan``:
+    the Plan of one leaf of ``x``'s dtype (``result = in0``), which keeps the kernel.
+    NumPy's ``add.reduce(x, 0, dtype=float64)`` casts through buffers, several times
+    slower than this kernel (docs/eager.md, "How an op is computed at once", has the
+    timings). Run serially it adds row after row into one row of accumulators,
+    NumPy's order, so the bits are NumPy's (one column would be a whole sum, which
+    NumPy adds pairwise)."""
     kernel = plan.compiled.get("column-sums")
     if kernel is None:
         kernel = plan.compiled["column-sums"] = reduce_kernel(
@@ -254,9 +258,13 @@ class NumbaBackend:
         operands = len(dsts) + len(leaves)
         return make_launch(kernel, loops.shape, loops.tails, (False,) * operands, n)
 
-    #: node/eager.py's, not part of the ``Backend`` contract
-    flat_kernel, run_flat = staticmethod(flat_kernel), staticmethod(run_flat)
-    column_sums = staticmethod(column_sums)
+    def flat_loop(self, plan, dtype):
+        """A compiled loop for small work where NumPy's form is slow (module's)."""
+        return flat_loop(plan, dtype)
+
+    def column_sums(self, x, plan):
+        """A bias's gradient summed by the engine's own column-sum kernel (module's)."""
+        return column_sums(x, plan)
 
     def dot(self, dst, a, b, saver: str):
         """BLAS, through the NumPy evaluator."""

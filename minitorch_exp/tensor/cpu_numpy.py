@@ -230,6 +230,14 @@ class NumpyBackend:
         """None: no grouped kernels here; the statements run one at a time."""
         return None
 
+    def flat_loop(self, plan, dtype) -> None:
+        """None: NumPy's forms are this evaluator's loops."""
+        return None
+
+    def column_sums(self, x, plan) -> None:
+        """None: NumPy's reduce is this evaluator's."""
+        return None
+
     def dot(self, dst, a, b, saver: str):
         """BLAS through ``np.matmul``; returns the call that repeats it when it wrote
         ``dst`` directly (see ``elementwise``), else None."""

@@ -268,6 +268,14 @@ class CudaBackend:
         import cupy
         self.cp = cupy
 
+    def flat_loop(self, plan, dtype) -> None:
+        """None: nothing is computed at once on a GPU (every op there is a launch)."""
+        return None
+
+    def column_sums(self, x, plan) -> None:
+        """None: nothing is computed at once on a GPU."""
+        return None
+
     def elementwise(self, plan, dst, leaves, scalars, saver: str):
         """Launch the Plan's kernel; return ``(kernel, launch args)`` that repeat exactly
         this launch (a prepared assignment, engine.py), or None when a leaf was read

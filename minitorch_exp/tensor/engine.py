@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import capture, counters, creation
+from . import capture, counters, creation, eager
 from . import expr as _expr
 from . import layout as L
 from .backends import device_backend
@@ -274,12 +274,29 @@ def evaluate(e: Exp):
 
 
 def realize(e: Exp):
-    """Evaluate ``e`` once: the tensor is remembered on the node (``e.realized``)."""
+    """``e`` computed once, the tensor remembered on the node (``e.realized``): by the
+    engine's policy, at once with NumPy where its work is below the fusion threshold
+    on the CPU (``eager.walk``), else fused into a new tensor."""
     if e.kind == RVALUE:
         return e
     if e.realized is None:
+        if eager.computes_now(eager.work(e)):
+            values = eager.walk(e, _fused)
+            if e.realized is None:  # else the walk left e itself to ``_fused``
+                _expr.set_realized(e, eager.wrap(values))
+        else:
+            _fused(e)
+    return e.realized
+
+
+def _fused(e: Exp):
+    """``realize`` past the policy: ``e`` evaluated by a kernel, remembered."""
+    if e.realized is None:
         _expr.set_realized(e, evaluate(e))
     return e.realized
+
+
+eager.realize = realize  # what eager.py computes an expression by (it cannot import us)
 
 
 def evaluate_copy(t):
@@ -300,10 +317,12 @@ def resolve_boundaries(e: Exp) -> Exp:
 
 
 class _Realizing(Visitor):
-    """The engine's visitor of the lowering walk: a boundary is computed and remembered."""
+    """The engine's visitor of the lowering walk: a boundary is computed by its own
+    kernel and remembered (inside a statement the engine runs kernels, whatever the
+    size: what ``explain`` lists)."""
 
     def temporary(self, e: Exp, cut: str) -> Exp:
-        return realize(e)
+        return _fused(e)
 
 
 _REALIZING = _Realizing()

@@ -65,7 +65,7 @@ class OpDef:
     #: (tests/test_op_surface.py holds every such row to it).
     cost_ns: tuple[float, float] | None = None
     #: Whether NumPy's form runs far behind one compiled loop on thousands of elements,
-    #: so that an op computed at once uses the loop there (``cpu_numba.flat_kernel``).
+    #: so that an op computed at once uses the loop there (``Backend.flat_loop``).
     numpy_slow: bool = False
 
     @property
@@ -198,7 +198,7 @@ def _is_scalar_half(b) -> bool:
 # made from these rows: so expr.py hands them over once it is built
 # (``use_expressions``) and this module imports nothing above ``dtypes``.
 # A built-in rule also runs on NumPy arrays (tensors) and Python numbers: the Node
-# level computes ops below its fusion threshold at once (node/eager.py), backward too.
+# level computes ops below its fusion threshold at once (tensor/eager.py), backward too.
 
 _EXPRESSIONS: list = []
 

@@ -47,7 +47,7 @@ class Tensor(Exp):
     @staticmethod
     def owning(flat: np.ndarray, arr: np.ndarray, layout: L.Layout) -> Tensor:
         """A CPU Tensor over a new Storage of the flat array ``flat``, ``arr`` being its
-        view with ``layout``: what every op computed at once (node/eager.py) makes.
+        view with ``layout``: what every op computed at once (tensor/eager.py) makes.
         ``Storage.__init__`` and ``_init_layout`` written out in one place: their two
         calls cost a quarter of such an op (tests/tensor/test_views.py checks that
         both ways make the same objects)."""

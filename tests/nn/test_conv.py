@@ -91,7 +91,7 @@ def test_conv2d_gradcheck(args, bias):
     assert mt.gradcheck(lambda *a: conv2d(*a, **args), inputs)
 
 
-def test_only_the_gradients_asked_for_are_computed():
+def test_only_the_gradients_asked_for_are_computed(fuse_all):
     rng = np.random.default_rng(1)
     x = mt.tensor(rng.standard_normal((2, 3, 6, 6)))
     w = mt.tensor(rng.standard_normal((4, 3, 3, 3)), requires_grad=True)
@@ -194,7 +194,7 @@ def test_unfold_of_a_non_contiguous_input_keeps_its_strides():
         assert view.numpy()[c, i, j, n, oh, ow] == expected[n, c, oh + i, ow + j]
 
 
-def test_a_convolution_is_one_gemm_and_one_copy_per_kernel_offset():
+def test_a_convolution_is_one_gemm_and_one_copy_per_kernel_offset(fuse_all):
     """Forward: KH*KW strided copies (im2col) and one BLAS product; backward: the
     gradient transposed once, two products, and KH*KW strided += (col2im)."""
     rng = np.random.default_rng(6)

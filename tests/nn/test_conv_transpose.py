@@ -168,7 +168,7 @@ def test_default_initialisation_has_pytorchs_bounds():
                            "groups=2)")
 
 
-def test_forward_is_one_gemm_and_one_add_per_kernel_offset():
+def test_forward_is_one_gemm_and_one_add_per_kernel_offset(fuse_all):
     """Forward: the channels-first copy, one product, col2im's KH*KW +=. Backward: the
     gradient's im2col (KH*KW copies) and two products."""
     rng = np.random.default_rng(4)

@@ -30,7 +30,7 @@ from minitorch_exp.tensor import capture
 from ..devices import DEVICES, tolerance
 
 F = nn.functional
-# The same kernels both ways, even on tensors below the fusion threshold (node/eager.py
+# The same kernels both ways, even on tensors below the fusion threshold (tensor/eager.py
 # would compute the eager twin with NumPy, equal only to rounding).
 pytestmark = pytest.mark.usefixtures("fuse_all")
 

@@ -25,7 +25,7 @@ import minitorch_exp as mt
 from minitorch_exp import nn
 
 F = nn.functional
-# Bit for bit needs the same kernels both ways, even on tiny tensors (node/eager.py).
+# Bit for bit needs the same kernels both ways, even on tiny tensors (tensor/eager.py).
 pytestmark = pytest.mark.usefixtures("fuse_all")
 
 

@@ -20,7 +20,7 @@ from minitorch_exp import nn
 from minitorch_exp.nn.module import Parameter, structure_version
 
 F = nn.functional
-# Bit for bit needs the same kernels both ways, even on tiny tensors (node/eager.py).
+# Bit for bit needs the same kernels both ways, even on tiny tensors (tensor/eager.py).
 pytestmark = pytest.mark.usefixtures("fuse_all")
 CALLS = 6
 CHANGE_AT = 3  # the change comes after the warm-up, the recording and a replay

@@ -1,10 +1,10 @@
 """Rows NumPy runs slowly (relu, where, sign, sqrt) computed at once by a compiled loop.
 
-Below the fusion threshold an op runs at once (node/eager.py). For the rows whose
+Below the fusion threshold an op runs at once (tensor/eager.py). For the rows whose
 NumPy forms do not vectorize (``OpDef.numpy_slow``), from
 ``eager.COMPILED_FROM`` elements the forward and each gradient run instead as one
 call of the engine's own compiled kernel over the whole contiguous arrays
-(``cpu_numba.flat_kernel``); strided or broadcast operands, and the NumPy evaluator
+(``Backend.flat_loop``); strided or broadcast operands, and the NumPy evaluator
 chosen, keep NumPy. These tests lower ``COMPILED_FROM`` so the sizes stay small,
 compare the compiled values and gradients with the engine's bit for bit (the same
 kernel) and with NumPy's (within a few ulps: a row's libm calls may be NumPy's own
@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import minitorch_exp as mt
-from minitorch_exp.node import eager
-from minitorch_exp.tensor import cpu_numba
+from minitorch_exp.tensor import cpu_numba, eager
 from minitorch_exp.tensor.ops import OPS
 
 SMALL_FROM = 64  # eager.COMPILED_FROM during these tests
@@ -35,12 +34,12 @@ def compiled_from_64(monkeypatch):
     calls = []
     run_flat = cpu_numba.run_flat
 
-    def counted(*args):
+    def counted(*args, **kwargs):
         calls.append(args[1])
-        return run_flat(*args)
+        return run_flat(*args, **kwargs)
 
     monkeypatch.setattr(eager, "COMPILED_FROM", SMALL_FROM)
-    monkeypatch.setattr(cpu_numba.NumbaBackend, "run_flat", staticmethod(counted))
+    monkeypatch.setattr(cpu_numba, "run_flat", counted)
     eager._COMPILED.clear()  # calls worked out before hold the uncounted function
     yield calls
     eager._COMPILED.clear()

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minitorch_exp as mt
-from minitorch_exp.node import eager
+from minitorch_exp.tensor import eager
 from minitorch_exp.tensor.ops import REDUCTIONS
 
 SHORT, MANY = eager.SHORT_ROW, eager.MANY_ROWS

@@ -1,7 +1,7 @@
 """Ops computed at once below the fusion threshold give what the fused path gives.
 
 Below ``mt.get_fusion_threshold()`` elements a CPU op runs at once with NumPy
-(node/eager.py); from it on, it stays lazy and fuses. Each test here runs one
+(tensor/eager.py); from it on, it stays lazy and fuses. Each test here runs one
 program at sizes straddling a threshold (a small one, set for the test, so the
 sizes stay quick) and compares values, gradients and gradient dtypes between
 the two paths, and with finite differences or PyTorch; it also checks which path
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import minitorch_exp as mt
 from minitorch_exp import nn
-from minitorch_exp.node.eager import broadcast_back
+from minitorch_exp.tensor.eager import broadcast_back
 from minitorch_exp.tensor.ops import OPS, REDUCTIONS
 
 from ._helpers import seeds, values

@@ -16,7 +16,7 @@ from minitorch_exp.node.node import MAX_FUSED_OPS
 
 from ._helpers import compare_with_torch, layouts, leaf, seeds, shapes, values
 
-# Fusion itself, on tensors small enough to read: none is computed at once (node/eager.py).
+# Fusion itself, on tensors small enough to read: none is computed at once (tensor/eager.py).
 pytestmark = pytest.mark.usefixtures("fuse_all")
 
 

@@ -41,8 +41,8 @@ def parameters(fn) -> list[tuple]:
 
 
 def test_the_protocol_names_every_method_the_engine_calls():
-    assert protocol_methods(Backend) == ["dot", "elementwise", "group_launch", "launch",
-                                         "reduce"]
+    assert protocol_methods(Backend) == ["column_sums", "dot", "elementwise", "flat_loop",
+                                         "group_launch", "launch", "reduce"]
     assert protocol_methods(KernelLaunch) == ["run"]
 
 
@@ -171,3 +171,39 @@ def test_the_engine_needs_nothing_beyond_the_contract(name, monkeypatch):
     np.testing.assert_allclose(m.numpy(), (a * 2.0).sum(0))
     np.testing.assert_allclose(c.numpy(), (a + 1.0) * 3.0)
     np.testing.assert_allclose(d.numpy(), a.T)
+
+
+@pytest.mark.parametrize("name", ["numpy", "numba"])
+def test_small_work_needs_nothing_beyond_the_contract(name, monkeypatch):
+    """The evaluator of small work (eager.py) -- relu's compiled loop forward and
+    backward, a bias's column sums -- reaches the backend only through the contract,
+    and gets NumPy's values from either backend."""
+    if name == "numba":
+        pytest.importorskip("numba")
+    import minitorch_exp as mt
+    from minitorch_exp.tensor import eager
+    rng = np.random.default_rng(1)
+    a, w = rng.standard_normal((128, 64)), rng.standard_normal((8, 64))
+    with backends.using_cpu_backend(name):
+        monkeypatch.setattr(eager, "device_backend",
+                            lambda device: contract_only(backends.device_backend(device)))
+        monkeypatch.setattr(eager, "COMPILED_FROM", 64)
+        eager._COMPILED.clear()
+        x = mt.tensor(a, requires_grad=True)
+        lin = mt.nn.Linear(64, 8).double()
+        lin.weight.data[...] = mt.tensor(w)
+        lin(x.relu()).sum().backward()
+        eager._COMPILED.clear()
+    np.testing.assert_array_equal(x.grad.numpy(), (a > 0) * w.sum(0))
+    np.testing.assert_allclose(lin.bias.grad.numpy(), np.full(8, 128.0))
+
+
+def test_only_numba_offers_loops_for_small_work():
+    from minitorch_exp.tensor import plan as P
+    relu = P.make_plan(T.from_numpy(np.ones(4)).relu(), 1)[0]
+    assert NumpyBackend().flat_loop(relu, np.float64) is None
+    assert NumpyBackend().column_sums(np.ones((3, 2)), relu) is None
+    cpu_numba = pytest.importorskip("minitorch_exp.tensor.cpu_numba")
+    loop = cpu_numba.NumbaBackend().flat_loop(relu, np.float64)
+    values = np.array([-1.0, 2.0, -0.0, 3.0])
+    np.testing.assert_array_equal(loop((4,), [values, 0]), np.maximum(values, 0))

@@ -1,53 +1,80 @@
-"""Below the fusion threshold an op is computed at once with NumPy: no tree, no Plan.
+"""The engine's evaluator for small work: an op computed at once with NumPy, no Plan.
 
 Laziness pays when a fused pass saves more than keeping the op lazy costs:
 building and checking its tree, interning tokens, finding a Plan and a launch,
 tracking what the lazy value reads. On a few thousand elements that
 bookkeeping costs more than the passes over memory it saves
 (``benchmarks/bench_eager.py --sweep`` finds the crossover; docs/eager.md shows
-it). So an op on fewer elements than the thread's fusion threshold
-(``grad_mode.get_fusion_threshold``) runs here, with its row of the registry
-(tensor/ops.py): forward, the row's NumPy form on arrays; backward, the row's
-derivative on arrays (``derivative``). The Node holds a plain Tensor, and
-gradients travel through backward as NumPy arrays.
+it). So the engine's policy (``now``) is: a CPU op on fewer elements than the
+thread's fusion threshold, while no capture records, is computed here at once
+with its row of the registry (tensor/ops.py) -- forward, the row's NumPy form on
+arrays; backward, the row's derivative on arrays (``derivative``) -- and
+anything larger is kept lazy for the engine to fuse. A GPU op is always kept
+lazy (every op there is a kernel launch, and fusing is what saves launches), and
+so is anything recorded by a capture (a replay repeats kernels only).
 
-Not computed here: work on a GPU (there every op is a kernel launch, lazy or
-not, and fusing is what saves launches) and anything while a capture records
-(a replay repeats kernels only).
+Values the policy sends here that are expressions -- a bias added after a matrix
+product, a gradient built by a Function's backward -- are computed by ``walk``:
+each node of the tree by its NumPy form, a subtree whose work reaches the
+threshold by the engine (``engine.realize`` is the one entry for both).
 
-Other values below the threshold -- a bias added after a matrix product, a
-gradient built by a Function's backward -- are expressions evaluated by
-``evaluate``: a walk of the tree calling each node's NumPy form.
+Where a row's NumPy form is slow (``OpDef.numpy_slow``: relu, where), the
+evaluator of the CPU may offer a compiled loop over whole arrays
+(``Backend.flat_loop``), and the column sums of a bias's gradient
+(``Backend.column_sums``); both go through the written backend contract.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import threading
 import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
-from ..tensor import blas
-from ..tensor import capture as recording
-from ..tensor.backends import device_backend
-from ..tensor.caches import memo_table
-from ..tensor.cpu_numpy import SAVER_UFUNCS
-from ..tensor.device import CPU
-from ..tensor.engine import realize as fuse
-from ..tensor.expr import RVALUE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, set_realized
-from ..tensor.layout import Layout, contiguous
-from ..tensor.ops import OPS, REDUCTIONS, SAVER_ROWS, OpDef, ReduceDef, user_result
-from ..tensor.plan import NotElementwise, make_plan
-from ..tensor.tensor import Tensor
-from .grad_mode import _modes
+from . import blas, environment
+from . import capture as recording
+from .backends import device_backend
+from .caches import memo_table
+from .cpu_numpy import SAVER_UFUNCS
+from .device import CPU
+from .expr import Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp
+from .layout import Layout, contiguous
+from .ops import OPS, REDUCTIONS, SAVER_ROWS, OpDef, ReduceDef, user_result
+from .plan import NotElementwise, make_plan
+from .tensor import Tensor
 
 # The compiled kernels run silently on a NaN or a division by zero; computed here with
 # NumPy, the same ops stay silent (rules run on arrays in tensor/ops.py, ops here).
-for _module in (r"minitorch_exp\.node\.eager", r"minitorch_exp\.tensor\.ops"):
+for _module in (r"minitorch_exp\.tensor\.eager", r"minitorch_exp\.tensor\.ops"):
     warnings.filterwarnings("ignore", r".* encountered in ", RuntimeWarning, _module)
+
+#: Elements below which a CPU op is computed at once instead of kept lazy: measured by
+#: ``benchmarks/bench_eager.py --sweep``, where a chain of lazy ops starts to beat the
+#: same ops computed one by one (docs/eager.md has the table) -- where numba's kernels
+#: start to split between threads too (``numba_launch.parallel_min``).
+MEASURED_FUSION_THRESHOLD = 3 << 15
+THRESHOLD_ENV = "MINITORCH_FUSION_THRESHOLD"
+
+
+class _Policy(threading.local):
+    """This thread's fusion threshold (node/grad_mode.py sets it); the class attribute
+    is a new thread's default."""
+
+    threshold = environment.whole_number(THRESHOLD_ENV, MEASURED_FUSION_THRESHOLD,
+                                         what="elements; 0 fuses every op")
+
+
+policy = _Policy()
+
+
+def realize(e: Exp) -> Tensor:
+    """The engine's ``realize`` (engine.py imports this module and hands it over): an
+    expression a caller of this module passes is computed by the engine's policy."""
+    raise RuntimeError("tensor.engine was not imported")  # pragma: no cover
 
 NUMBERS = (int, float, bool)  # Python numbers, weak in dtype promotion as in NumPy
 _WEAK = {float: 1.0, int: 1, bool: True}  # what a Python number is to dtype promotion
@@ -63,12 +90,13 @@ SHORT_ROW, MANY_ROWS = 16, 128
 
 def threshold() -> int:
     """This thread's fusion threshold, in elements."""
-    return _modes.threshold
+    return policy.threshold
 
 
 def now(shape: tuple, device=CPU) -> bool:
-    """Whether an op whose work has ``shape`` on ``device`` runs now (module docstring)."""
-    return (math.prod(shape) < _modes.threshold and device is CPU
+    """The policy: whether an op whose work has ``shape`` on ``device`` is computed at
+    once (module docstring)."""
+    return (math.prod(shape) < policy.threshold and device is CPU
             and recording.this_thread.rec is None)
 
 
@@ -78,9 +106,9 @@ def computes_now(e: Exp) -> bool:
 
 
 def decision(e: Exp, op: str = "") -> str:
-    """What the threshold decides for an op (named ``op``) whose work is the size of
-    ``e``, in words (``explain()`` shows it)."""
-    n, limit = math.prod(e.shape), _modes.threshold
+    """The policy's answer for an op (named ``op``) whose work is the size of ``e``, in
+    words, naming the evaluator that runs it (``explain()`` shows it)."""
+    n, limit = math.prod(e.shape), policy.threshold
     if e.device is not CPU:
         return (f"kept lazy to fuse: on {e.device} every op is a kernel launch (the fusion "
                 "threshold applies on the CPU)")
@@ -389,7 +417,7 @@ def as_array(x) -> np.ndarray:
         return x
     if type(x) is Tensor:
         return x.array
-    return np.asarray(_eval(x) if isinstance(x, Exp) else x)
+    return np.asarray(realize(x).array if isinstance(x, Exp) else x)
 
 
 def add(a, b) -> np.ndarray:
@@ -412,20 +440,18 @@ _COMPILED = memo_table("eager.compiled", 256, stale_on_invalidate=True)
 
 class _Compiled(NamedTuple):
     """One value computed by a compiled loop over whole C-contiguous arrays of one shape
-    (``cpu_numba.flat_kernel``): the arrays of a call each leaf of its Plan reads, in
+    (``Backend.flat_loop``): the arrays of a call each leaf of its Plan reads, in
     order (``picks``), and the Plan's scalars, which are the rule's constants."""
 
-    kernel: object
+    loop: Callable
     picks: tuple[int, ...]
     scalars: list
-    dtype: np.dtype
-    run: Callable
 
     def __call__(self, arrays) -> np.ndarray:
         args = []
         for k in self.picks:
             args += (arrays[k].reshape(-1), 0)
-        return self.run(self.kernel, arrays[0].shape, self.dtype, args + self.scalars)
+        return self.loop(arrays[0].shape, args + self.scalars)
 
 
 def _flat_arrays(arrays: tuple) -> bool:
@@ -452,8 +478,6 @@ def _compiled_calls(key: tuple, build: Callable, arrays: tuple) -> tuple | None:
 
 def _work_out(build: Callable, arrays: tuple) -> tuple | bool:
     backend = device_backend(CPU)
-    if backend.name != "numba":  # the NumPy evaluator chosen: no compiled code
-        return False
     tensors = [wrap(a) for a in arrays]
     calls = []
     for e in build(tensors):
@@ -468,8 +492,8 @@ def _work_out(build: Callable, arrays: tuple) -> tuple | bool:
 def _compile(e, tensors: list, backend) -> _Compiled | None:
     """The compiled loop of ``e``, an expression over ``tensors``; None where there is
     none: a value passed on as it is, a matrix product or a reduction in the tree, no
-    op NumPy runs slowly (``cpu_numba.flat_kernel``), or a leaf the rule made itself
-    (a broadcast view)."""
+    loop offered by the CPU's evaluator (``Backend.flat_loop``), or a leaf the rule
+    made itself (a broadcast view)."""
     if type(e) is Tensor:
         return None
     try:
@@ -477,10 +501,10 @@ def _compile(e, tensors: list, backend) -> _Compiled | None:
     except NotElementwise:
         return None
     picks = [k for leaf in leaves for k, t in enumerate(tensors) if t is leaf]
-    kernel = backend.flat_kernel(plan, e.dtype) if len(picks) == len(leaves) else None
-    if kernel is None:
+    loop = backend.flat_loop(plan, e.dtype) if len(picks) == len(leaves) else None
+    if loop is None:
         return None
-    return _Compiled(kernel, tuple(picks), list(scalars), e.dtype, backend.run_flat)
+    return _Compiled(loop, tuple(picks), list(scalars))
 
 
 def _row_values(row: OpDef, operands: tuple):
@@ -509,30 +533,16 @@ def _compiled_gradients(row: OpDef, g: np.ndarray, arrays: tuple, needs: tuple):
 
 # ---- other values below the threshold: expressions evaluated by a walk --------------
 
-def realize(e: Exp):
-    """``e`` as a Tensor, computed once and remembered (``e.realized``): by a walk of its
-    tree when its work is below the threshold, else fused by the engine."""
-    if e.kind == RVALUE:
-        return e
-    if e.realized is None:
-        if not computes_now(_work(e)):
-            return fuse(e)
-        values = _eval(e)
-        if e.realized is None:  # else the engine computed it (a node the walk leaves to it)
-            set_realized(e, wrap(values))
-    return e.realized
-
-
-def _work(e: Exp) -> Exp:
+def work(e: Exp) -> Exp:
     """What decides whether the root of ``e`` runs now: a reduction's input (fused into
     its pass when large), else the result (a matrix product gains nothing from the
     engine but a destination to write into, which a value computed now has not)."""
     return e.x if type(e) is Reduce else e
 
 
-def _eval(e) -> np.ndarray:
+def walk(e, fuse: Callable) -> np.ndarray:
     """The values of ``e`` as an ndarray: each node by its NumPy form, a subtree whose
-    work reaches the threshold fused by the engine."""
+    work reaches the threshold by ``fuse`` (the engine's ``realize``)."""
     t = type(e)
     if t is Tensor:
         return e.array
@@ -540,21 +550,21 @@ def _eval(e) -> np.ndarray:
         return e.value
     if e.realized is not None:
         return e.realized.array
-    if not computes_now(_work(e)):
+    if not computes_now(work(e)):
         return fuse(e).array
     if t is Map:
-        args = [_eval(a) for a in e.args]
+        args = [walk(a, fuse) for a in e.args]
         out = e.op.numpy(*args)
         if not e.op.builtin:
             out = _user_values(e.op, out, args)
     elif t is Cast:
-        out = np.asarray(_eval(e.x)).astype(e.dtype)
+        out = np.asarray(walk(e.x, fuse)).astype(e.dtype)
     elif t is Reduce and _folds(e.reduction, e.axes):
-        out = _fold(e.reduction, _eval(e.x), e.x.shape, e.axes, True).reshape(e.shape)
+        out = _fold(e.reduction, walk(e.x, fuse), e.x.shape, e.axes, True).reshape(e.shape)
     elif t is Dot:
-        out = blas.matmul(np.asarray(_eval(e.a)), np.asarray(_eval(e.b)))
+        out = blas.matmul(np.asarray(walk(e.a, fuse)), np.asarray(walk(e.b, fuse)))
     elif t is ViewExp:
-        base = e.base.realized if e.base.realized is not None else wrap(_eval(e.base))
+        base = e.base.realized if e.base.realized is not None else wrap(walk(e.base, fuse))
         out = e.fn(base).array.copy()  # a view of memory that may be another's
     else:  # argmax, or an expression kind this walk does not know: the engine's
         return fuse(e).array
@@ -611,20 +621,16 @@ def short_rows(shape: tuple, axes: tuple | None, c_order: bool) -> bool:
 
 
 def _column_sums(x: np.ndarray) -> np.ndarray | None:
-    """``x`` summed over its rows by the numba evaluator's compiled loop
-    (``cpu_numba.column_sums``), where it takes ``x`` -- a C-ordered 2-D float array of
-    two columns or more, as a bias's gradient is -- and that evaluator is chosen; else
-    None (NumPy's reduce)."""
+    """``x`` summed over its rows by the CPU evaluator's own loop
+    (``Backend.column_sums``), for a C-ordered 2-D float array of two columns or
+    more, as a bias's gradient is; None where it has none (NumPy's reduce)."""
     if x.ndim != 2 or x.dtype not in _COLUMN_SUM_DTYPES or x.shape[1] < 2 \
             or not x.flags.c_contiguous:
-        return None
-    backend = device_backend(CPU)
-    if backend.name != "numba":
         return None
     plan = _LEAF_PLANS.get(x.dtype)
     if plan is None:  # ``result = in0`` over a 2-D leaf: the kernel's input
         plan = _LEAF_PLANS.keep(x.dtype, make_plan(wrap(x), 2)[0])
-    return backend.column_sums(x, plan)
+    return device_backend(CPU).column_sums(x, plan)
 
 
 _COLUMN_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
