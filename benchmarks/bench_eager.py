@@ -547,11 +547,11 @@ def anatomy_pieces() -> dict:
         ("at once", "Node"): lambda: Node(ta),
         ("at once", "Context, saved values and their versions"):
             lambda: Context.computed(Elementwise, (a, b), (True, True), {"op": "mul"},
-                                     (ta, tb, ta), (arr_a, arr_b, arr_a)),
+                                     (ta, tb, ta)),
         ("at once", "grad mode and anomaly mode checks"):
             lambda: (mt.is_grad_enabled(), anomaly.is_anomaly_enabled()),
         ("at once", "rule on arrays (backward of mul)"):
-            lambda: eager.derivative_of_arrays(mul, arr_a, (arr_a, arr_b, arr_a), (True, True)),
+            lambda: eager.derivative(mul, ta, ta, (ta, tb), (True, True)),
     }
     if torch is not None:
         pa, pb = torch.tensor(arr_a, requires_grad=True), torch.tensor(arr_b, requires_grad=True)

@@ -184,7 +184,7 @@ def embedding(input, weight: Node, padding_idx: int | None = None,  # noqa: A002
     if padding_idx is None:
         return out
     keep = ops.unsqueeze(ops.astype(index != padding_idx, weight.dtype), -1)
-    return _MaskGrad.apply(out, keep=eager.realize(keep.value))
+    return _MaskGrad.apply(out, keep=realize(keep.value))
 
 
 def _check_indices(t, rows: int) -> None:

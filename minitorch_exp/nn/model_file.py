@@ -322,7 +322,7 @@ class _Decoder:
         return obj
 
     def tensor(self, node: dict, where: str, build: bool) -> Any:
-        kind = node.get("kind")
+        kind = node.get("kind") if isinstance(node.get("kind"), str) else None
         grad = self.field(node, "requires_grad", bool, where)
         data = node.get("data")
         if kind not in ("parameter", "node", "tensor") or not isinstance(data, np.ndarray):
@@ -343,12 +343,13 @@ class _Decoder:
 
 def decode(root: Any, path: str, weights_only: bool = False) -> Module:
     """Rebuild the model a checkpoint's ``root`` describes (checked whole, then built)."""
-    if not isinstance(root, dict) or root.get("version") != VERSION:
+    if not isinstance(root, dict) or type(root.get("version")) is not int \
+            or root["version"] != VERSION:
         found = root.get("version") if isinstance(root, dict) else type(root).__name__
         raise CheckpointError(f"{path}: expected a model description version {VERSION}, "
                               f"found {found!r}")
     top = root.get("root")
-    if not (isinstance(top, dict) and top.get("t") == "module"):
+    if not (isinstance(top, dict) and isinstance(top.get("t"), str) and top["t"] == "module"):
         raise CheckpointError(f"{path}: model description at model: expected a module node, "
                               f"found {str(top)[:200]}")
     _Decoder(path, weights_only).value(top, "model", build=False)

@@ -10,9 +10,9 @@ it reaches a leaf (or a dot, or a reduction). Two rules keep that honest:
 * a gradient expression that grows past ``MAX_FUSED_OPS`` ops is realized, so
   kernels and recursion stay bounded however long the chain.
 
-Below the fusion threshold nothing waits: gradients are computed at once and
-travel as NumPy arrays (tensor/eager.py), summed and written into ``.grad`` with
-NumPy.
+Below the fusion threshold nothing waits: gradients are computed at once
+(tensor/eager.py), Tensors like every other, summed and written into ``.grad``
+with NumPy.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 from ..tensor import creation, eager
 from ..tensor.engine import assign, realize
 from ..tensor.expr import COMPLEX, RVALUE, Dot, Exp, as_exp
+from ..tensor.tensor import Tensor
 from . import anomaly, capture
 from .function import SliceGradient
 from .hooks import HOOKS, run_hooks
@@ -61,10 +62,10 @@ def _initial_grad(root: Node, grad):
             raise RuntimeError(
                 f"backward() without a gradient needs a single-element output, got shape "
                 f"{root.shape}; pass grad= (e.g. mt.ones_like(out)) or reduce it with .sum()")
-        if eager.computes_now(root._value):  # an array, as the rules computed at once pass
+        if eager.computes_now(root._value):
             ones = np.empty(root.shape, root.dtype)  # np.ones: 0.75 us, this: 0.3
             ones.fill(1)
-            return ones
+            return eager.wrap(ones)
         return creation.ones(root.shape, dtype=root.dtype, device=root.device)
     g = grad._value if isinstance(grad, Node) else as_exp(grad)
     if g.shape != root.shape:
@@ -86,7 +87,7 @@ def backward(root: Node, grad=None, retain_graph: bool = False) -> None:
 
 
 def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
-    grads: dict[Node, Exp | np.ndarray] = {root: _initial_grad(root, grad)}
+    grads: dict[Node, Exp] = {root: _initial_grad(root, grad)}
     checks = anomaly.is_anomaly_enabled()  # mt.detect_anomaly(): each gradient for NaN/Inf
     for node in topological_order(root):
         g = grads.pop(node, None)
@@ -108,10 +109,7 @@ def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
             g = _retain(node, g, trace)
         if trace is not None:
             trace.step(node, g)
-        if type(g) is np.ndarray:  # computed at once (tensor/eager.py): nothing to realize
-            if not ctx.fn.array_grads:
-                g = eager.wrap(g)
-        elif g.kind == COMPLEX and not (type(g) is Dot and ctx.fn.transposes_products):
+        if g.kind == COMPLEX and not (type(g) is Dot and ctx.fn.transposes_products):
             # a dot or reduction is a boundary: every backward rule would evaluate it into a
             # temporary anyway, and unrealized, a chain of them nests without bound
             # (tests/node/test_backward.py::test_long_chain_of_non_elementwise_ops)
@@ -151,7 +149,7 @@ def _propagate(ctx, g: Exp, grads: dict, trace=None, checks: bool = False) -> No
             prev = prev.tensor
         if trace is not None:  # as the rule built it, before anything computes it
             trace.built(g, inp, ig)
-        if type(ig) is not np.ndarray:  # an array was computed at once: nothing to do
+        if type(ig) is not Tensor:  # a Tensor was computed at once: nothing to do
             ig = _term(ig)
         if ig.shape != inp._value.shape:
             raise RuntimeError(f"{ctx.name}.backward returned a gradient of shape "
@@ -175,20 +173,20 @@ def _add_slice(prev, s: SliceGradient) -> _Slices:
     if type(prev) is not _Slices:
         buffer = creation.zeros(s.shape, dtype=s.dtype, device=s.device)
         if prev is not None:
-            assign(buffer, eager.wrap(prev) if type(prev) is np.ndarray else prev, "=")
+            assign(buffer, prev, "=")
         prev = _Slices(buffer)
-    grad = eager.wrap(s.grad) if type(s.grad) is np.ndarray else s.grad
-    assign(prev.tensor[s.key], grad, "+=")
+    assign(prev.tensor[s.key], s.grad, "+=")
     return prev
 
 
 def _term(ig):
-    """A gradient a backward returned (not an array) as backward carries it: an
+    """A gradient a backward returned (not a Tensor) as backward carries it: an
     expression, computed now below the fusion threshold, realized when its chain grows
-    past ``MAX_FUSED_OPS``. A NumPy scalar -- a rule's arithmetic on a 0-d array gives
-    one -- is that array, not a constant that broadcasts (tests/node/test_reduce_0d.py)."""
-    if isinstance(ig, np.generic):
-        return np.asarray(ig)
+    past ``MAX_FUSED_OPS``. An array (a user Function's) is wrapped, and a NumPy scalar
+    -- a rule's arithmetic on a 0-d array gives one -- is that 0-d array, not a constant
+    that broadcasts (tests/node/test_reduce_0d.py)."""
+    if isinstance(ig, (np.ndarray, np.generic)):
+        return eager.wrap(ig)
     ig = ig._value if isinstance(ig, Node) else as_exp(ig)
     if ig.kind != RVALUE and (eager.computes_now(ig)
                               or count_ops(ig, MAX_FUSED_OPS) >= MAX_FUSED_OPS):
@@ -200,7 +198,7 @@ def _sum(prev, ig):
     """Two gradients of one Node added: at once when either was computed so, else lazily,
     realized past ``MAX_FUSED_OPS`` -- a node with many consumers sums many terms
     (tests/node/test_backward.py::test_node_with_thousands_of_consumers)."""
-    if type(prev) is np.ndarray or type(ig) is np.ndarray or eager.computes_now(ig):
+    if eager.computes_now(ig):
         return eager.add(prev, ig)
     total = prev + ig
     return realize(total) if count_ops(total, MAX_FUSED_OPS) >= MAX_FUSED_OPS else total
@@ -213,8 +211,8 @@ def _accumulate(leaf: Node, g, trace=None):
         leaf = trace.accumulate(leaf, g)
     if capture.grad_log() is not None:  # a captured function's eager runs: see capture.py
         capture.note_grad(leaf)
-    if type(g) is np.ndarray or (g.kind == RVALUE and eager.computes_now(g)):
-        _accumulate_now(leaf, eager.as_array(g))
+    if g.kind == RVALUE and eager.computes_now(g):
+        _accumulate_now(leaf, g.array)
         return g
     if leaf.grad is None:
         dst, saver = leaf.grad_buffer, "="

@@ -27,7 +27,7 @@ class Context:
 
     # __dict__: a user Function may keep any attribute on ctx (``ctx.alpha = alpha``)
     __slots__ = ("fn", "inputs", "needs_input_grad", "_saved", "_versions", "freed", "attrs",
-                 "where", "keeps_graph", "known_reads", "arrays", "__dict__")
+                 "where", "keeps_graph", "known_reads", "__dict__")
 
     def __init__(self, fn, needs_input_grad, known_reads: dict | None = None):
         self.fn = fn
@@ -39,24 +39,19 @@ class Context:
         self.attrs: dict = {}
         self.where = None
         self.keeps_graph = True  # False when no graph is kept: nothing needs saving
-        #: An op computed at once (``computed``): its saved values as NumPy arrays and
-        #: numbers, as its forward read them, for a backward on arrays.
-        self.arrays: tuple | None = None
         #: During forward: what the lazy inputs' trees read, by ``id`` of the tree (apply);
         #: None until a lazy value is saved.
         self.known_reads = known_reads
 
     @classmethod
-    def computed(cls, fn, inputs: tuple, needs: tuple, attrs: dict, saved: tuple,
-                 arrays: tuple | None = None) -> Context:
+    def computed(cls, fn, inputs: tuple, needs: tuple, attrs: dict, saved: tuple) -> Context:
         """The context of an op computed at once (tensor/eager.py), made directly: ``saved``
-        are Tensors and Python numbers, so their versions are all there is to keep, and
-        ``arrays`` (if given) the same values as the forward read them. The
+        are Tensors and Python numbers, so their versions are all there is to keep. The
         everyday eager op makes one of these; __init__ and ``save_for_backward`` cost
         about twice as much."""
         ctx = cls.__new__(cls)
         ctx.fn, ctx.inputs, ctx.needs_input_grad, ctx.attrs = fn, inputs, needs, attrs
-        ctx._saved, ctx.arrays = saved, arrays
+        ctx._saved = saved
         versions = []
         for v in saved:  # a loop: cheaper than a comprehension's frame on Python 3.11
             if type(v) is Tensor:
@@ -125,7 +120,6 @@ class Context:
         self._saved = ()
         self._versions = ()
         self.inputs = ()
-        self.arrays = None
         self.freed = True
 
 
@@ -226,9 +220,6 @@ class Function:
     #: A backward that only transposes its gradient may receive an unevaluated matrix
     #: product: ``(A @ B).T`` becomes ``B.T @ A.T``, written by BLAS in the right layout.
     transposes_products = False
-    #: Its backward takes a NumPy array as the gradient and may return arrays (an op
-    #: computed now, tensor/eager.py); others get a Tensor.
-    array_grads = False
 
     @classmethod
     def apply(cls, *args, **attrs):

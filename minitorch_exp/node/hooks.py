@@ -17,10 +17,7 @@ from __future__ import annotations
 import itertools
 import weakref
 
-import numpy as np
-
 from ..tensor import capture as recording
-from ..tensor import eager
 from ..tensor.engine import realize
 
 #: ``id(node)`` -> its hooks, a list of (handle id, hook) in the order they run; an
@@ -83,11 +80,11 @@ def register_hook(node, hook, *, prepend: bool = False) -> RemovableHandle:
 
 
 def run_hooks(node, g):
-    """``g`` (an array or an expression, as backward carries it) after ``node``'s hooks,
-    in the same form."""
+    """``g`` (a Tensor or an expression, as backward carries it) after ``node``'s hooks,
+    as a Tensor."""
     from .node import Node
     refuse_while_recording("a tensor hook")
-    value = eager.wrap(g) if type(g) is np.ndarray else realize(g)
+    value = realize(g)
     for _, hook in list(HOOKS[id(node)]):
         out = hook(Node(value))
         if out is not None:
@@ -95,4 +92,4 @@ def run_hooks(node, g):
                 raise RuntimeError(f"a hook on a tensor of shape {node.shape} returned "
                                    f"{out!r}: return None or a tensor of that shape")
             value = out.value
-    return eager.as_array(value) if type(g) is np.ndarray else value
+    return value

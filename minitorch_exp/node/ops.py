@@ -62,7 +62,6 @@ class Elementwise(Function):
     """
 
     lazy = True
-    array_grads = True
 
     @staticmethod
     def forward(ctx, *values, op: str):
@@ -80,13 +79,10 @@ class Elementwise(Function):
             raise RuntimeError(f"op {op.name!r} has no derivative; pass derivative= to "
                                "register_op to differentiate through it")
         needs = ctx.needs_input_grad
-        if ctx.arrays is not None and capture.this_thread.rec is None:  # computed at once
-            grads = eager.derivative_of_arrays(op, g, ctx.arrays, needs)
-        elif op.builtin and eager.backward_now(saved[-1]):
+        if op.builtin and eager.backward_now(saved[-1]):  # forward was computed at once
             grads = eager.derivative(op, g, saved[-1], saved[:-1], needs)
         else:
-            grads = op.gradients(eager.to_tensor(g), saved[-1], tuple(map(as_exp, saved[:-1])),
-                                 needs)
+            grads = op.gradients(g, saved[-1], tuple(map(as_exp, saved[:-1])), needs)
         if "broadcast" in ctx.attrs:  # apply_now broadcast an operand: sum back to its shape
             return tuple([_to_input_shape(r, a) for r, a in zip(grads, saved)])
         return grads
@@ -172,7 +168,7 @@ def pair_now(op: str, x, y) -> Node | None:
     if (needs[0] or needs[1]) and _modes.grad:
         saved = (x if tx is None else tx, y if ty is None else ty, out)
         attrs = {"op": op, "broadcast": True} if broadcast else {"op": op}
-        node.grad_fn = Context.computed(Elementwise, (x, y), needs, attrs, saved, (xa, ya, oa))
+        node.grad_fn = Context.computed(Elementwise, (x, y), needs, attrs, saved)
         node.requires_grad = True
     return node
 
@@ -192,8 +188,7 @@ def single_now(op: str, x) -> Node | None:
     out, oa = made
     node = Node(out)
     if x.requires_grad and _modes.grad:
-        node.grad_fn = Context.computed(Elementwise, (x,), (True,), {"op": op}, (tx, out),
-                                        (xa, oa))
+        node.grad_fn = Context.computed(Elementwise, (x,), (True,), {"op": op}, (tx, out))
         node.requires_grad = True
     return node
 
@@ -210,9 +205,9 @@ def _now(like: Tensor, builtin: bool = True) -> bool:
 def _to_input_shape(grad, value):
     """A rule's gradient for the operand ``value``, summed over the axes the op computed
     at once broadcast it along."""
-    if grad is None or type(value) is not Tensor or grad.shape == value.shape:
+    if grad is None or type(value) is not Tensor:
         return grad
-    return eager.sum_to(grad, value.shape) if eager.is_array(grad) else grad.sum_to(value.shape)
+    return eager.sum_to(grad, value.shape)
 
 
 def elementwise(op: str, *args) -> Node:
@@ -279,14 +274,9 @@ class Expand(_Op):
         ctx.attrs["in_shape"] = x.shape
         return x.broadcast_to(shape)
 
-    array_grads = True
-
     @staticmethod
     def backward(ctx, g):
-        shape = ctx.attrs["in_shape"]
-        if type(g) is np.ndarray or eager.computes_now(g):  # a small sum: at once
-            return (eager.sum_to(g, shape),)
-        return (g.sum_to(shape),)
+        return (eager.sum_to(g, ctx.attrs["in_shape"]),)
 
 
 def expand(x: Node, *shape) -> Node:
@@ -402,13 +392,13 @@ def getitem(x: Node, key) -> Node:
 # ---- reductions ----------------------------------------------------------------
 
 def _grad_to_input(g, ctx, at_once: bool = True):
-    """Broadcast a reduction's gradient back over the axes it removed: below the fusion
-    threshold (and ``at_once``), as a new NumPy array (``eager.broadcast_back``)."""
+    """Broadcast a reduction's gradient back over the axes it removed: as the policy
+    says (``eager.spread``), or, not ``at_once``, as a lazy broadcast."""
     shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
-    if at_once and eager.now(shape, CPU if type(g) is np.ndarray else g.device):
-        return eager.broadcast_back(eager.as_array(g), shape, axes)
+    if at_once:
+        return eager.spread(g, shape, axes)
     kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
-    return eager.to_tensor(g).reshape(kept).broadcast_to(shape)
+    return g.reshape(kept).broadcast_to(shape)
 
 
 class Reduction(_Op):
@@ -416,7 +406,6 @@ class Reduction(_Op):
     ``Mean``, ``Amax``, ``Amin``; ``_reduction_class``), whose ``reduction`` is the row."""
 
     reduction: ReduceDef
-    array_grads = True
 
     @staticmethod
     def forward(ctx, x, axes, keepdims):
@@ -508,7 +497,6 @@ class SoftmaxCrossEntropy(Function):
     """
 
     lazy = True
-    array_grads = True  # below the fusion threshold: the same formulas on NumPy arrays
 
     @staticmethod
     def forward(ctx, z, q):
@@ -529,9 +517,9 @@ class SoftmaxCrossEntropy(Function):
     def backward(ctx, g):
         z, q, m, s = ctx.saved_tensors
         if type(z) is Tensor and eager.computes_now(z):  # as forward decided
-            g, q = eager.as_array(g), eager.as_array(q)
-            return (OPS["exp"].numpy(z.array - m.array) / s.array - q) * g.reshape(-1, 1), None
-        g = eager.to_tensor(g)
+            g, q = g.array, eager.as_array(q)
+            p = OPS["exp"].numpy(z.array - m.array) / s.array
+            return eager.wrap((p - q) * g.reshape(-1, 1)), None
         return (apply_op("exp", z - m) / s - q) * g.reshape(g.shape[0], 1), None
 
 
@@ -575,7 +563,6 @@ class Linear(Function):
     """
 
     lazy = True
-    array_grads = True  # below the fusion threshold: the same products on NumPy arrays
 
     @staticmethod
     def forward(ctx, x, weight, bias=None):
@@ -591,7 +578,7 @@ class Linear(Function):
     def backward(ctx, g):
         x, weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        if eager.is_array(g) or eager.computes_now(g):
+        if eager.computes_now(g):
             return _linear_grads_now(eager.as_array(g), x, weight, needs)
         if needs.count(True) > 1:
             g = realize(g)  # read by each gradient below: compute it once
@@ -611,16 +598,16 @@ def _linear_grads_now(g: np.ndarray, x: Tensor, weight: Tensor, needs) -> tuple:
     weight's gradient kept a lazy product where it is large, so that backward writes it
     straight into the weight's gradient buffer (no temporary the size of the weight)."""
     rows = g.reshape(-1, weight.shape[0])  # every leading index is one row
-    gx = blas.matmul(g, weight.array) if needs[0] else None
+    gx = eager.wrap(blas.matmul(g, weight.array)) if needs[0] else None
     gw = None
     if needs[1] and eager.now(weight.shape, weight.device):
-        gw = blas.matmul(rows.T, x.array.reshape(-1, x.shape[-1]))
+        gw = eager.wrap(blas.matmul(rows.T, x.array.reshape(-1, x.shape[-1])))
     elif needs[1]:  # tensors that keep their arrays: BLAS reads them without new views
         x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
         gw = Dot(eager.wrap(rows.T), x2)
     if len(needs) == 2:  # no bias
         return gx, gw
-    return gx, gw, eager.sum_to(rows, weight.shape[:1]) if needs[2] else None
+    return gx, gw, eager.wrap(eager.sum_to_array(rows, weight.shape[:1])) if needs[2] else None
 
 
 def linear(x: Node, weight: Node, bias: Node | None = None) -> Node:

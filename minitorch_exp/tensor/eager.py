@@ -333,29 +333,19 @@ def reduce_tensor(r: ReduceDef, x: Tensor, axes: tuple, keepdims: bool) -> Tenso
     return wrap(_fold(r, x.array, x.shape, axes, keepdims))
 
 
-# ---- backward: a row's derivative on arrays --------------------------------------------
+# ---- backward: gradients are Tensors; the policy decides how each is computed ---------
 
-def derivative(row: OpDef, g, out: Tensor, args, needs: tuple) -> tuple:
+def derivative(row: OpDef, g: Tensor, out: Tensor, args, needs: tuple) -> tuple:
     """The gradients of ``row``'s operands where ``needs`` says (``OpDef.gradients``),
-    computed now: its rule run on NumPy arrays (``g``: an array or a Tensor) and Python
-    numbers. Each is a new array, or ``g`` itself where the rule passes it on (``add``)."""
-    return derivative_of_arrays(row, g, (*[a.array if type(a) is Tensor else a for a in args],
-                                         out.array), needs)
-
-
-def derivative_of_arrays(row: OpDef, g, arrays: tuple, needs: tuple) -> tuple:
-    """``derivative`` given the operands as arrays and Python numbers, the result's
-    array last (what ``Context.computed`` keeps)."""
-    garr = g if type(g) is np.ndarray else as_array(g)
-    if row.numpy_slow:
-        found = _compiled_gradients(row, garr, arrays, needs)
-        if found is not None:
-            return found
-    grads = row.gradients(garr, arrays[-1], arrays[:-1], needs)
-    for r in grads:  # add passes g on: as it came (a Tensor stays one)
-        if (r is garr and garr is not g) or (r is not None and type(r) is not np.ndarray):
-            return tuple([g if r is garr else r if r is None else as_array(r) for r in grads])
-    return grads
+    computed now: its rule run on NumPy arrays (``g``'s, the operands' and the
+    result's) and Python numbers. Each is a new Tensor, or ``g`` itself where the rule
+    passes it on (``add``)."""
+    arrays = (*[a.array if type(a) is Tensor else a for a in args], out.array)
+    garr = g.array
+    found = _compiled_gradients(row, garr, arrays, needs) if row.numpy_slow else None
+    if found is None:
+        found = row.gradients(garr, arrays[-1], arrays[:-1], needs)
+    return tuple([g if r is garr else r if r is None else wrap(r) for r in found])
 
 
 def fold(name: str, x: np.ndarray, axes: tuple, keepdims: bool = False) -> np.ndarray:
@@ -364,12 +354,19 @@ def fold(name: str, x: np.ndarray, axes: tuple, keepdims: bool = False) -> np.nd
     return _fold(REDUCTIONS[name], x, x.shape, axes, keepdims)
 
 
-def sum_to(g, shape: tuple) -> np.ndarray:
-    """``g`` summed over the axes broadcasting added to ``shape`` (an expand's gradient),
-    computed now as the engine's ``sum_to``: accumulated wide."""
-    g = as_array(g)
+def sum_to(g, shape: tuple):
+    """``g`` (a Tensor or an expression) summed over the axes broadcasting added to
+    ``shape`` (an expand's gradient): at once where the policy says, accumulated wide
+    as the engine's ``sum_to``; else kept lazy."""
     if g.shape == shape:
         return g
+    if not computes_now(g):
+        return g.sum_to(shape)
+    return wrap(sum_to_array(as_array(g), shape))
+
+
+def sum_to_array(g: np.ndarray, shape: tuple) -> np.ndarray:
+    """``sum_to`` on an array, computed now."""
     if not shape:  # a 0-d operand (a scalar parameter): every axis, the everyday case
         return _fold(_SUM, g, g.shape, None, False)
     if g.ndim == 2 and shape == g.shape[1:]:  # a bias: every row summed, the other one
@@ -380,35 +377,37 @@ def sum_to(g, shape: tuple) -> np.ndarray:
     return _fold(_SUM, g, g.shape, axes, True).reshape(shape)
 
 
-def broadcast_back(g: np.ndarray, shape: tuple, axes: tuple) -> np.ndarray:
+def spread(g, shape: tuple, axes: tuple):
     """A reduction's gradient ``g`` (its result's shape, reduced ``axes`` kept as 1 or
-    dropped) spread back over ``shape``, into a new array: written, not a stride-0 view,
-    as NumPy's ufuncs run on a view at about half their contiguous speed (``g * 2`` on
-    2000 elements: 1.4 us against 0.8) and making the view cost more than the writes
-    (1.9 us against 0.6 for a full sum's backward on 2000 elements, the everyday case);
-    below the threshold the array is small."""
+    dropped) spread back over ``shape``: at once where the policy says, into a new
+    array -- written, not a stride-0 view, as NumPy's ufuncs run on a view at about half
+    their contiguous speed (``g * 2`` on 2000 elements: 1.4 us against 0.8) and making
+    the view cost more than the writes (1.9 us against 0.6 for a full sum's backward on
+    2000 elements, the everyday case); else a lazy broadcast."""
+    kept = tuple([1 if i in axes else n for i, n in enumerate(shape)])
+    if not now(shape, g.device):
+        return g.reshape(kept).broadcast_to(shape)
+    g = as_array(g)
     out = np.empty(shape, g.dtype)
     if g.ndim == 0:
         out.fill(g)
     else:
-        np.copyto(out, g.reshape(tuple([1 if i in axes else n for i, n in enumerate(shape)])))
-    return out
+        np.copyto(out, g.reshape(kept))
+    return wrap(out)
+
+
+def add(a, b):
+    """``a + b`` for two gradients of one Node: at once where the policy says, else a
+    lazy sum."""
+    if not computes_now(b):
+        return a + b
+    return wrap(np.add(as_array(a), as_array(b)))
 
 
 def backward_now(out) -> bool:
     """Whether the backward of an op whose forward gave ``out`` runs at once: when the
     forward did (``out`` is a Tensor, not an expression) and no capture records."""
     return type(out) is Tensor and recording.active() is None
-
-
-def is_array(g) -> bool:
-    return type(g) is np.ndarray
-
-
-def to_tensor(g):
-    """A gradient as a backward rule that builds expressions reads it: an array (made
-    here, owned by nobody else) wrapped as a Tensor; anything else as it is."""
-    return wrap(g) if type(g) is np.ndarray else g
 
 
 def as_array(x) -> np.ndarray:
@@ -418,13 +417,6 @@ def as_array(x) -> np.ndarray:
     if type(x) is Tensor:
         return x.array
     return np.asarray(realize(x).array if isinstance(x, Exp) else x)
-
-
-def add(a, b) -> np.ndarray:
-    """``a + b`` computed now (two gradients of one Node, at least one an array or small)."""
-    if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim:  # the everyday case
-        return np.add(a, b)
-    return np.asarray(as_array(a) + as_array(b))  # a NumPy scalar when 0-d
 
 
 # ---- ops NumPy runs slowly: one compiled loop ------------------------------------------
@@ -519,7 +511,7 @@ def _row_values(row: OpDef, operands: tuple):
 
 
 def _compiled_gradients(row: OpDef, g: np.ndarray, arrays: tuple, needs: tuple):
-    """``derivative_of_arrays`` for a row NumPy runs slowly, its rule built over the arrays
+    """``derivative`` for a row NumPy runs slowly, its rule built over the arrays
     as expressions and each gradient computed by its compiled loop; None where that
     does not apply."""
     every = (g, *arrays)

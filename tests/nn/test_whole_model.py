@@ -290,4 +290,5 @@ def test_mutated_descriptions_fail_only_with_checkpoint_error(tmp_path_factory, 
         mt.load(path)
     except CheckpointError as exc:
         assert str(path) in str(exc)
-    assert set(sys.modules) == before
+    # this package's own modules may load on first use; nothing else may be imported
+    assert {m for m in set(sys.modules) - before if not m.startswith("minitorch_exp.")} == set()

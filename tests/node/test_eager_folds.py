@@ -129,7 +129,7 @@ def assert_same_sums(got, want):
 def test_a_bias_gradient_is_numpy_s_wide_column_sum_bit_for_bit(g):
     with np.errstate(all="ignore"):
         want = np.add.reduce(g, axis=0, dtype=np.float64).astype(g.dtype)
-        assert_same_sums(eager.sum_to(g, g.shape[1:]), want)
+        assert_same_sums(eager.sum_to_array(g, g.shape[1:]), want)
 
 
 def test_a_bias_gradient_is_summed_by_the_compiled_kernel_where_it_can_be(monkeypatch):
@@ -148,14 +148,14 @@ def test_a_bias_gradient_is_summed_by_the_compiled_kernel_where_it_can_be(monkey
     before = cpu_backend()
     try:
         mt.set_cpu_backend("numba")
-        eager.sum_to(g, (100,))
+        eager.sum_to_array(g, (100,))
         assert calls == [(64, 100)]
-        eager.sum_to(np.asfortranarray(g), (100,))   # strided rows: NumPy's reduce
-        eager.sum_to(g.astype(np.int32), (100,))     # no float accumulators to widen
-        eager.sum_to(g.astype(np.float16), (100,))
-        eager.sum_to(g[:, :1], (1,))                 # one column: NumPy's pairwise whole sum
+        eager.sum_to_array(np.asfortranarray(g), (100,))   # strided rows: NumPy's reduce
+        eager.sum_to_array(g.astype(np.int32), (100,))     # no float accumulators to widen
+        eager.sum_to_array(g.astype(np.float16), (100,))
+        eager.sum_to_array(g[:, :1], (1,))                 # one column: NumPy's pairwise whole sum
         mt.set_cpu_backend("numpy")
-        eager.sum_to(g, (100,))                      # the NumPy evaluator: no compiled code
+        eager.sum_to_array(g, (100,))                      # the NumPy evaluator: no compiled code
     finally:
         mt.set_cpu_backend(before)
     assert calls == [(64, 100)]

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 import minitorch_exp as mt
 from minitorch_exp import nn
-from minitorch_exp.tensor.eager import broadcast_back
+from minitorch_exp.tensor.eager import spread as spread_back
 from minitorch_exp.tensor.ops import OPS, REDUCTIONS
+from minitorch_exp.tensor.tensor import from_numpy
 
 from ._helpers import seeds, values
 
@@ -219,7 +220,7 @@ def test_reductions_and_broadcasts_on_both_sides(what, rows, dtype, seed):
 @settings(max_examples=60, deadline=None)
 @given(shape=st.lists(st.integers(1, 4), min_size=0, max_size=4), data=st.data())
 def test_a_reduction_s_gradient_is_spread_back_into_a_new_array(shape, data):
-    """``broadcast_back`` (the at-once backward of a reduction) against np.broadcast_to,
+    """``eager.spread`` (the at-once backward of a reduction) against np.broadcast_to,
     for gradients with the reduced axes kept or dropped, contiguous or not: a new
     C-contiguous array of its own (ops on it run at NumPy's contiguous speed)."""
     shape = tuple(shape)
@@ -232,7 +233,7 @@ def test_a_reduction_s_gradient_is_spread_back_into_a_new_array(shape, data):
         g = np.broadcast_to(g, kept) if g.ndim == 0 else np.asfortranarray(g)[..., ::-1]
     given_g = g if keepdims else g.reshape([n for i, n in enumerate(kept) if i not in axes])
     before = given_g.copy()
-    spread = broadcast_back(given_g, shape, axes)
+    spread = spread_back(from_numpy(given_g), shape, axes).array
     np.testing.assert_array_equal(spread, np.broadcast_to(g, shape))
     assert spread.shape == shape and spread.dtype == g.dtype
     assert spread.flags.c_contiguous and spread.flags.owndata
