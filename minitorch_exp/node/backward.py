@@ -109,7 +109,9 @@ def _backward(root: Node, grad, retain_graph: bool, trace) -> None:
             g = _retain(node, g, trace)
         if trace is not None:
             trace.step(node, g)
-        if g.kind == COMPLEX and not (type(g) is Dot and ctx.fn.transposes_products):
+        if type(g) is Tensor:  # computed: nothing to decide
+            pass
+        elif g.kind == COMPLEX and not (type(g) is Dot and ctx.fn.transposes_products):
             # a dot or reduction is a boundary: every backward rule would evaluate it into a
             # temporary anyway, and unrealized, a chain of them nests without bound
             # (tests/node/test_backward.py::test_long_chain_of_non_elementwise_ops)
@@ -211,7 +213,7 @@ def _accumulate(leaf: Node, g, trace=None):
         leaf = trace.accumulate(leaf, g)
     if capture.grad_log() is not None:  # a captured function's eager runs: see capture.py
         capture.note_grad(leaf)
-    if g.kind == RVALUE and eager.computes_now(g):
+    if type(g) is Tensor and eager.computes_now(g):
         _accumulate_now(leaf, g.array)
         return g
     if leaf.grad is None:

@@ -25,8 +25,9 @@ from ..tensor.explain import (
     shape_str,
     split_named,
 )
-from ..tensor.expr import RVALUE, Reduce, describe
+from ..tensor.expr import RVALUE, Map, Reduce, as_exp, describe
 from ..tensor.graphwalk import post_order
+from ..tensor.ops import OPS
 from .node import Node
 from .ops import Elementwise
 
@@ -169,7 +170,7 @@ def explain_node(node: Node, depth: int = 4, parts=None, backward: bool = False,
     lines = [f"explain {names[id(node)]}: {node_op(node)} -> {node_shape(node)}, "
              f"{node_state(node)}"]
     if node.grad_fn is not None or node.is_lazy:  # an op's result: was it fused?
-        lines.append(eager.decision(node._value, node_op(node)))
+        lines.append(eager.decision(_work(node), node_op(node)))
     if "graph" in parts:
         lines += ["", f"Graph ({depth} levels of inputs)"]
         lines += render_rows(_graph_rows(node, names, consumers, depth))
@@ -187,10 +188,31 @@ def explain_node(node: Node, depth: int = 4, parts=None, backward: bool = False,
 
 
 def _kernel_groups(node: Node, groups: list[list]) -> list[list]:
-    """The fusion groups, and ``node`` alone when it is lazy and in none of them."""
-    if node.is_lazy and not any(g[-1] is node for g in groups):
+    """The fusion groups, and ``node`` alone when it is in none of them: lazy, or an
+    op the engine computed at once."""
+    if (node.is_lazy or _at_once(node)) and not any(g[-1] is node for g in groups):
         return groups + [[node]]
     return groups
+
+
+def _at_once(node: Node) -> bool:
+    """Whether ``node`` is a registry op or reduction the engine's policy computed at
+    once (tensor/eager.py) rather than in a kernel."""
+    ctx = node.grad_fn
+    if node.is_lazy or ctx is None or ctx.freed or not ctx.inputs:
+        return False
+    if ctx.fn is not Elementwise and getattr(ctx.fn, "reduction", None) is None:
+        return False
+    return eager.computes_now(_work(node))
+
+
+def _work(node: Node):
+    """What the policy weighed for ``node``'s op: a reduction's input, else the result."""
+    ctx = node.grad_fn
+    if ctx is not None and getattr(ctx.fn, "reduction", None) is not None and ctx.inputs \
+            and isinstance(ctx.inputs[0], Node):
+        return ctx.inputs[0]._value
+    return node._value
 
 
 def _group_kernels(group: list, nodes, names, known, parts, device, backend) -> list[str]:
@@ -203,9 +225,19 @@ def _group_kernels(group: list, nodes, names, known, parts, device, backend) -> 
                 "(explain it before it runs, or run with MINITORCH_DEBUG=4)"]
     leaf_names = Names({**known, **node_values(nodes, names, sink)})
     s = split_named(e, leaf_names)
-    when = "will run when it is realized" if sink.is_lazy else "already ran"
-    lines = [f"Group {members} -> {names[id(sink)]} ({when}): "
-             f"{plural(len(s.kernels), 'kernel')}"]
+    if _at_once(sink):
+        n, op = _work(sink).numel(), node_op(sink)
+        compiled = eager.by_compiled_loop(n, op)
+        backend = "numba" if compiled else "numpy"
+        how = "one compiled loop, no kernel launch" if compiled else \
+            "one NumPy call per op of this Plan, no kernel"
+        lines = [f"Group {members} -> {names[id(sink)]}: computed at once ({n} elements, "
+                 f"below the fusion threshold of {eager.threshold()}) by the {backend} "
+                 f"evaluator of small work (tensor/eager.py): {how}"]
+    else:
+        when = "will run when it is realized" if sink.is_lazy else "already ran"
+        lines = [f"Group {members} -> {names[id(sink)]} ({when}): "
+                 f"{plural(len(s.kernels), 'kernel')}"]
     for part in parts:
         lines += ["  " + x if x else x for x in [""] + section(part, e, s, leaf_names, device,
                                                                 backend)]
@@ -213,12 +245,16 @@ def _group_kernels(group: list, nodes, names, known, parts, device, backend) -> 
 
 
 def group_expression(sink: Node):
-    """What the kernel of a fusion group computes: its lazy sink's expression, or for a
+    """What the kernel of a fusion group computes: its lazy sink's expression; for a
     reduction that already ran, that reduction of its input's expression (the walk the
-    engine took then); None for any other sink that ran."""
+    engine took then); for a registry op computed at once, its op over its inputs'
+    values; None for any other sink that ran."""
     if sink.is_lazy:
         return sink._value
     ctx = sink.grad_fn
+    if _at_once(sink) and ctx.fn is Elementwise:
+        return Map(OPS[ctx.attrs["op"]], tuple(
+            as_exp(x._value if isinstance(x, Node) else x) for x in ctx.inputs))
     reduction = getattr(ctx.fn, "reduction", None) if ctx is not None else None
     if reduction is None or not ctx.inputs:
         return None

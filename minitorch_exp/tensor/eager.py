@@ -114,8 +114,7 @@ def decision(e: Exp, op: str = "") -> str:
                 "threshold applies on the CPU)")
     if recording.active() is not None:
         return "kept lazy to fuse: a capture is recording (a replay repeats kernels only)"
-    if n < limit and op in OPS and OPS[op].numpy_slow and n >= COMPILED_FROM and \
-            device_backend(CPU).name == "numba":
+    if n < limit and by_compiled_loop(n, op):
         return (f"computed eagerly: {n} elements, below the fusion threshold of {limit}, "
                 f"by one compiled loop (NumPy's form of {op} runs slowly; from "
                 f"{COMPILED_FROM} elements)")
@@ -123,6 +122,13 @@ def decision(e: Exp, op: str = "") -> str:
         return (f"computed eagerly: {n} elements, below the fusion threshold of {limit} "
                 "(mt.set_fusion_threshold)")
     return f"kept lazy to fuse: {n} elements, at or above the fusion threshold of {limit}"
+
+
+def by_compiled_loop(n: int, op: str) -> bool:
+    """Whether the registry op ``op`` on ``n`` elements computed at once runs the CPU
+    evaluator's compiled loop (``Backend.flat_loop``) rather than its NumPy form."""
+    return (op in OPS and OPS[op].numpy_slow and n >= COMPILED_FROM
+            and device_backend(CPU).name == "numba")
 
 
 # ---- forward: an elementwise op of the registry ---------------------------------------
@@ -340,12 +346,19 @@ def derivative(row: OpDef, g: Tensor, out: Tensor, args, needs: tuple) -> tuple:
     computed now: its rule run on NumPy arrays (``g``'s, the operands' and the
     result's) and Python numbers. Each is a new Tensor, or ``g`` itself where the rule
     passes it on (``add``)."""
-    arrays = (*[a.array if type(a) is Tensor else a for a in args], out.array)
-    garr = g.array
-    found = _compiled_gradients(row, garr, arrays, needs) if row.numpy_slow else None
+    garr, oarr = g.array, out.array
+    operands = []
+    for a in args:  # a loop: cheaper than a comprehension's frame on Python 3.11
+        operands.append(a.array if type(a) is Tensor else a)
+    found = None
+    if row.numpy_slow:
+        found = _compiled_gradients(row, garr, (*operands, oarr), needs)
     if found is None:
-        found = row.gradients(garr, arrays[-1], arrays[:-1], needs)
-    return tuple([g if r is garr else r if r is None else wrap(r) for r in found])
+        found = row.gradients(garr, oarr, operands, needs)
+    grads = []
+    for r in found:
+        grads.append(r if r is None else g if r is garr else wrap(r))
+    return tuple(grads)
 
 
 def fold(name: str, x: np.ndarray, axes: tuple, keepdims: bool = False) -> np.ndarray:

@@ -83,8 +83,10 @@ class OpDef:
         ``w * x`` none for the data ``x``: a pass each, saved."""
         if self.partials is None or False not in needs:
             return self.derivative(g, out, *operands)
-        return tuple([p(g, out, *operands) if need else None
-                      for p, need in zip(self.partials, needs)])
+        grads = []
+        for p, need in zip(self.partials, needs):  # a loop: no comprehension frame
+            grads.append(p(g, out, *operands) if need else None)
+        return tuple(grads)
 
     def result_dtype(self, operands: list) -> np.dtype:
         """``operands``: dtypes, or Python values for weak scalars."""
