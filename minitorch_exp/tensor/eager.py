@@ -268,16 +268,16 @@ def wrap(arr) -> Tensor:
     NumPy scalar for a 0-d result); no copy when it is C- or F-contiguous."""
     if type(arr) is not np.ndarray:
         arr = np.asarray(arr)
-    flags = arr.flags
-    if flags.c_contiguous:
-        layout = _LAYOUTS.get(arr.shape)
+    if arr.flags.c_contiguous:  # the everyday result, first: every gradient is wrapped
+        shape = arr.shape
+        layout = _LAYOUTS.get(shape)
         if layout is None:
-            layout = _LAYOUTS.keep(arr.shape, contiguous(arr.shape))
-    elif flags.f_contiguous:  # ops on transposed tensors keep their operands' order
+            layout = _LAYOUTS.keep(shape, contiguous(shape))
+        return Tensor.owning(arr.ravel(), arr, layout)
+    if arr.flags.f_contiguous:  # ops on transposed tensors keep their operands' order
         layout = Layout(arr.shape, tuple([s // arr.itemsize for s in arr.strides]))
-    else:
-        return wrap(np.ascontiguousarray(arr))
-    return Tensor.owning(arr.ravel(order="K"), arr, layout)  # a view: contiguous either way
+        return Tensor.owning(arr.ravel(order="K"), arr, layout)  # a view, in memory order
+    return wrap(np.ascontiguousarray(arr))
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

@@ -83,10 +83,12 @@ class OpDef:
         ``w * x`` none for the data ``x``: a pass each, saved."""
         if self.partials is None or False not in needs:
             return self.derivative(g, out, *operands)
-        grads = []
-        for p, need in zip(self.partials, needs):  # a loop: no comprehension frame
-            grads.append(p(g, out, *operands) if need else None)
-        return tuple(grads)
+        if len(needs) == 2:  # the everyday case, written out: every op of backward asks
+            a, b = self.partials
+            return (a(g, out, *operands) if needs[0] else None,
+                    b(g, out, *operands) if needs[1] else None)
+        return tuple([p(g, out, *operands) if need else None
+                      for p, need in zip(self.partials, needs)])
 
     def result_dtype(self, operands: list) -> np.dtype:
         """``operands``: dtypes, or Python values for weak scalars."""
