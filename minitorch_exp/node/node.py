@@ -363,9 +363,10 @@ class Node:
         # selects a copy; written here on the device's array, recorded by a capture
         t = self.value
         if isinstance(value, Exp):
-            value = (value if value.kind == RVALUE else realize(value)).to(t.device).array
+            value = (value if value.kind == RVALUE else realize(value)).to(t.device)
         t.storage.before_write()  # lazy values reading it are computed first
-        capture.host_op(functools.partial(operator.setitem, t.array, key, value), t.storage)
+        capture.host_op(functools.partial(operator.setitem, t.array, key, value.array
+                                          if isinstance(value, Exp) else value), t.storage)
 
 
 def index_key(key):

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from ..tensor import blas, capture, creation, dtypes, eager
+from ..tensor import capture, creation, dtypes, eager
 from ..tensor.device import CPU
 from ..tensor.engine import (
     evaluate_copy,
@@ -155,15 +155,9 @@ def pair_now(op: str, x, y) -> Node | None:
     row = OPS[op]
     if not _now(like, row.builtin):
         return None
-    xa = x if tx is None else tx.array
-    ya = y if ty is None else ty.array
-    if like.shape:
-        made = eager.apply_row(row, (xa, ya), like.dtype)
-    else:  # 0-d operands: a scalar parameter's
-        made = eager.apply_scalar(row, xa, ya, like.dtype)
-    if made is None:
+    out = eager.binary(row, x if tx is None else tx, y if ty is None else ty, like)
+    if out is None:
         return None
-    out, oa = made
     node = Node(out)
     needs = (tx is not None and x.requires_grad, ty is not None and y.requires_grad)
     if (needs[0] or needs[1]) and _modes.grad:
@@ -182,11 +176,9 @@ def single_now(op: str, x) -> Node | None:
     row = OPS[op]
     if row.check is not None or not _now(tx, row.builtin):
         return None
-    xa = tx.array
-    made = eager.apply_row(row, (xa,), tx.dtype)
-    if made is None:
+    out = eager.unary(row, tx)
+    if out is None:
         return None
-    out, oa = made
     node = Node(out)
     if x.requires_grad and _modes.grad:
         node.grad_fn = Context.computed(Elementwise, (x,), (True,), {"op": op}, (tx, out))
@@ -502,12 +494,9 @@ class SoftmaxCrossEntropy(Function):
     @staticmethod
     def forward(ctx, z, q):
         if type(z) is Tensor and eager.computes_now(z):
-            za, qa = z.array, eager.as_array(q)
-            m = eager.fold("max", za, (1,), keepdims=True)
-            c = za - m
-            s = eager.fold("sum", OPS["exp"].numpy(c), (1,), keepdims=True)
-            ctx.save_for_backward(z, q, eager.wrap(m), eager.wrap(s))
-            return eager.wrap(OPS["log"].numpy(s.reshape(len(s))) - eager.fold("sum", c * qa, (1,)))
+            loss, m, s = eager.softmax_cross_entropy(z, q)
+            ctx.save_for_backward(z, q, m, s)
+            return loss
         m = realize(z.max(1, keepdims=True))  # z may stay lazy: each reduction fuses it
         c = z - m
         s = realize(apply_op("exp", c).sum(1, keepdims=True))
@@ -518,9 +507,7 @@ class SoftmaxCrossEntropy(Function):
     def backward(ctx, g):
         z, q, m, s = ctx.saved_tensors
         if type(z) is Tensor and eager.computes_now(z):  # as forward decided
-            g, q = g.array, eager.as_array(q)
-            p = OPS["exp"].numpy(z.array - m.array) / s.array
-            return eager.wrap((p - q) * g.reshape(-1, 1)), None
+            return eager.softmax_cross_entropy_grad(g, z, q, m, s), None
         return (apply_op("exp", z - m) / s - q) * g.reshape(g.shape[0], 1), None
 
 
@@ -570,8 +557,7 @@ class Linear(Function):
         x, weight = realize(x), realize(weight)
         ctx.save_for_backward(x, weight)
         if eager.now(x.shape[:-1] + weight.shape[:1], x.device) and type(bias) in _PLAIN:
-            return eager.wrap(eager.linear(x.array, weight.array,
-                                           None if bias is None else bias.array))
+            return eager.linear(x, weight, bias)
         out = realize(Dot(x, weight.transpose(0, 1)))
         return out if bias is None else out + bias
 
@@ -580,7 +566,7 @@ class Linear(Function):
         x, weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
         if eager.computes_now(g):
-            return _linear_grads_now(eager.as_array(g), x, weight, needs)
+            return eager.linear_grads(g, x, weight, needs)
         if needs.count(True) > 1:
             g = realize(g)  # read by each gradient below: compute it once
         rows = g.reshape(-1, weight.shape[0])  # every leading index is one row
@@ -592,23 +578,6 @@ class Linear(Function):
 
 
 _PLAIN = (Tensor, type(None))
-
-
-def _linear_grads_now(g: np.ndarray, x: Tensor, weight: Tensor, needs) -> tuple:
-    """``Linear.backward`` below the threshold: the products on NumPy arrays, but the
-    weight's gradient kept a lazy product where it is large, so that backward writes it
-    straight into the weight's gradient buffer (no temporary the size of the weight)."""
-    rows = g.reshape(-1, weight.shape[0])  # every leading index is one row
-    gx = eager.wrap(blas.matmul(g, weight.array)) if needs[0] else None
-    gw = None
-    if needs[1] and eager.now(weight.shape, weight.device):
-        gw = eager.wrap(blas.matmul(rows.T, x.array.reshape(-1, x.shape[-1])))
-    elif needs[1]:  # tensors that keep their arrays: BLAS reads them without new views
-        x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
-        gw = Dot(eager.wrap(rows.T), x2)
-    if len(needs) == 2:  # no bias
-        return gx, gw
-    return gx, gw, eager.wrap(eager.sum_to_array(rows, weight.shape[:1])) if needs[2] else None
 
 
 def linear(x: Node, weight: Node, bias: Node | None = None) -> Node:
@@ -639,8 +608,7 @@ def linear_now(x: Node, weight: Node, bias: Node | None) -> Node | None:
         return None
     if not (tx.device is tw.device is tb.device is CPU and eager.now(tx.shape[:-1] + tw.shape[:1])):
         return None
-    b = None if bias is None else tb.array
-    node = Node(eager.wrap(eager.linear(tx.array, tw.array, b)))
+    node = Node(eager.linear(tx, tw, None if bias is None else tb))
     inputs = (x, weight) if bias is None else (x, weight, bias)
     needs = tuple([n.requires_grad for n in inputs])
     if True in needs and _modes.grad:

@@ -207,11 +207,26 @@ def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
     return wrap(result)
 
 
-def apply_row(row: OpDef, operands: tuple, dtype: np.dtype) -> tuple[Tensor, np.ndarray] | None:
-    """A built-in ``row`` on arrays and Python numbers whose result has ``dtype``: the
-    result as a Tensor and as its array; None where NumPy refuses or gives another
-    dtype (``compute`` then decides). node/ops.py's ``pair_now`` and ``single_now``
-    checked the rest."""
+def binary(row: OpDef, x, y, like: Tensor) -> Tensor | None:
+    """A built-in binary ``row`` computed now on ``x`` and ``y`` (Tensors of ``like``'s
+    float dtype, or Python numbers), with ``like``'s shape and dtype; None where NumPy
+    refuses or gives another dtype (``compute`` then decides). node/ops.py's
+    ``pair_now`` checked the rest."""
+    xa = x.array if type(x) is Tensor else x
+    ya = y.array if type(y) is Tensor else y
+    if not like.shape:  # 0-d operands: a scalar parameter's
+        return apply_scalar(row, xa, ya, like.dtype)
+    return apply_row(row, (xa, ya), like.dtype)
+
+
+def unary(row: OpDef, x: Tensor) -> Tensor | None:
+    """``binary`` for a unary ``row`` on a float Tensor."""
+    return apply_row(row, (x.array,), x.dtype)
+
+
+def apply_row(row: OpDef, operands: tuple, dtype: np.dtype) -> Tensor | None:
+    """A built-in ``row`` on arrays and Python numbers whose result has ``dtype``, as a
+    Tensor; None where NumPy refuses or gives another dtype."""
     try:
         result = _row_values(row, operands)
     except (TypeError, ValueError, ArithmeticError):
@@ -223,11 +238,11 @@ def apply_row(row: OpDef, operands: tuple, dtype: np.dtype) -> tuple[Tensor, np.
     if result.dtype is not dtype:
         return None
     if not result.flags.c_contiguous:
-        return wrap(result), result
+        return wrap(result)
     layout = _LAYOUTS.get(result.shape)  # wrap, spelled out for the everyday result
     if layout is None:
         layout = _LAYOUTS.keep(result.shape, contiguous(result.shape))
-    return Tensor.owning(result.ravel(), result, layout), result
+    return Tensor.owning(result.ravel(), result, layout)
 
 
 #: The binary rows whose NumPy-scalar arithmetic is the ufunc's (one IEEE operation, the
@@ -239,7 +254,7 @@ _SCALAR_ROWS = {name: getattr(operator, OPS[name].operator) for name in ("add", 
 _SCALAR_LAYOUT = contiguous(())
 
 
-def apply_scalar(row: OpDef, x, y, dtype: np.dtype) -> tuple[Tensor, np.ndarray] | None:
+def apply_scalar(row: OpDef, x, y, dtype: np.dtype) -> Tensor | None:
     """``apply_row`` for a binary ``row`` on 0-d arrays and Python numbers."""
     fn = _SCALAR_ROWS.get(row.name)
     if fn is None:
@@ -251,7 +266,7 @@ def apply_scalar(row: OpDef, x, y, dtype: np.dtype) -> tuple[Tensor, np.ndarray]
         return None
     if result.dtype is not dtype:
         return None
-    return Tensor.owning(result.ravel(), result, _SCALAR_LAYOUT), result
+    return Tensor.owning(result.ravel(), result, _SCALAR_LAYOUT)
 
 
 def _result_dtype(row: OpDef, arrays) -> np.dtype:
@@ -280,15 +295,69 @@ def wrap(arr) -> Tensor:
     return wrap(np.ascontiguousarray(arr))
 
 
-def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """``x @ weight.T + bias`` (``bias`` may be None), C-ordered as a product's result is
-    in PyTorch (so ``.view`` works on it): ``blas.matmul`` gives it so."""
-    out = blas.matmul(x, weight.T)
-    if bias is None:
-        return out
-    if bias.dtype != out.dtype and np.result_type(out, bias) != out.dtype:
-        return out + bias
-    return np.add(out, bias, out=out)  # out is the product's own new array
+def full(shape: tuple, dtype, value) -> Tensor:
+    """A new Tensor of ``shape`` filled with ``value`` (``np.full``: 0.75 us on a few
+    elements, ``empty`` and ``fill`` 0.3)."""
+    out = np.empty(shape, dtype)
+    out.fill(value)
+    return wrap(out)
+
+
+def copy(t: Tensor, dtype) -> Tensor:
+    """A new C-ordered Tensor holding ``t``'s values as ``dtype``."""
+    return wrap(np.array(t.array, dtype=dtype))
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias`` (``bias`` may be None) computed now, C-ordered as a
+    product's result is in PyTorch (so ``.view`` works on it): ``blas.matmul`` gives it
+    so."""
+    out = blas.matmul(x.array, weight.array.T)
+    if bias is not None:
+        b = bias.array
+        if b.dtype != out.dtype and np.result_type(out, b) != out.dtype:
+            out = out + b
+        else:
+            np.add(out, b, out=out)  # out is the product's own new array
+    return wrap(out)
+
+
+def linear_grads(g: Tensor, x: Tensor, weight: Tensor, needs: tuple) -> tuple:
+    """``linear``'s gradients (input, weight, and bias when ``needs`` has three) where
+    ``needs`` says, the products on NumPy arrays; but the weight's gradient is kept a
+    lazy product where it is large, so that backward writes it straight into the
+    weight's gradient buffer (no temporary the size of the weight)."""
+    garr = g.array
+    rows = garr.reshape(-1, weight.shape[0])  # every leading index is one row
+    gx = wrap(blas.matmul(garr, weight.array)) if needs[0] else None
+    gw = None
+    if needs[1] and now(weight.shape, weight.device):
+        gw = wrap(blas.matmul(rows.T, x.array.reshape(-1, x.shape[-1])))
+    elif needs[1]:  # tensors that keep their arrays: BLAS reads them without new views
+        x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+        gw = Dot(wrap(rows.T), x2)
+    if len(needs) == 2:  # no bias
+        return gx, gw
+    return gx, gw, wrap(sum_to_array(rows, weight.shape[:1])) if needs[2] else None
+
+
+def softmax_cross_entropy(z: Tensor, q) -> tuple[Tensor, Tensor, Tensor]:
+    """Each row's cross-entropy of logits ``z`` (N, C) against ``q`` computed now, with
+    the row maxima ``m`` and sums ``s`` of ``exp(z - m)`` that backward reads:
+    ``(loss, m, s)``."""
+    za, qa = z.array, as_array(q)
+    m = _fold(REDUCTIONS["max"], za, za.shape, (1,), True)
+    c = za - m
+    s = _fold(_SUM, OPS["exp"].numpy(c), za.shape, (1,), True)
+    loss = OPS["log"].numpy(s.reshape(len(s))) - _fold(_SUM, c * qa, za.shape, (1,), False)
+    return wrap(loss), wrap(m), wrap(s)
+
+
+def softmax_cross_entropy_grad(g: Tensor, z: Tensor, q, m: Tensor, s: Tensor) -> Tensor:
+    """``softmax_cross_entropy``'s gradient for ``z``, computed now:
+    ``g_i (softmax(z)_ij - q_ij)``."""
+    p = OPS["exp"].numpy(z.array - m.array) / s.array
+    return wrap((p - as_array(q)) * g.array.reshape(-1, 1))
 
 
 _SAVERS = {"=": np.copyto, **SAVER_UFUNCS}
