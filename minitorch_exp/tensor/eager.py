@@ -228,7 +228,7 @@ def apply_row(row: OpDef, operands: tuple, dtype: np.dtype) -> Tensor | None:
     """A built-in ``row`` on arrays and Python numbers whose result has ``dtype``, as a
     Tensor; None where NumPy refuses or gives another dtype."""
     try:
-        result = _row_values(row, operands)
+        result = _row_values(row, operands) if row.numpy_slow else row.numpy(*operands)
     except (TypeError, ValueError, ArithmeticError):
         return None
     if type(result) is not np.ndarray:

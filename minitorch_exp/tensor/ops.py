@@ -634,8 +634,10 @@ def _d_mean(g, x, out, axes, count):
 
 
 def _d_extremum(g, x, out, axes, count):
-    """max and min: the gradient is shared evenly between the elements equal to ``out``."""
-    hit = x == out
+    """max and min: the gradient is shared evenly between the elements equal to ``out``;
+    where ``out`` is NaN, between the NaNs that made it (as PyTorch's ``max()``), not
+    lost."""
+    hit = _e(g).where(out != out, x != x, x == out)
     ties = hit.astype(x.dtype).sum(axes, True).eval()
     return _e(g).where(hit, g / ties.broadcast_to(x.shape), 0)
 

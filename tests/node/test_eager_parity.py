@@ -5,7 +5,8 @@ Below ``mt.get_fusion_threshold()`` elements a CPU op runs at once with NumPy
 program at sizes straddling a threshold (a small one, set for the test, so the
 sizes stay quick) and compares values, gradients and gradient dtypes between
 the two paths, and with finite differences or PyTorch; it also checks which path
-ran: no kernel at all below the threshold, fused kernels from it on.
+ran: no kernel at all below the threshold, fused kernels from it on. Every row and
+reduction on special values, on each evaluator, is tests/test_conformance.py's.
 """
 
 from __future__ import annotations
@@ -143,37 +144,6 @@ def test_a_binary_op_on_0d_operands_on_both_sides(name, dtype, x, y, form):
     assert len(at_once_grads) == len(fused_grads)
     for g1, g2 in zip(at_once_grads, fused_grads):
         np.testing.assert_allclose(g1, g2, rtol=TOL[dtype]["rtol"])
-
-
-@pytest.mark.parametrize("name", [n for n in ROWS if OPS[n].arity == 1])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_a_unary_op_on_special_values_on_both_sides(name, dtype):
-    """Each unary row on every special value, as a 0-d tensor and in a vector: at once
-    (NumPy) the engine's values and gradients, up to a few ulps (tanh's gradient,
-    1 - tanh^2, loses bits to cancellation: 6 ulps at 1.5)."""
-    for shape, value in [(s, v) for s in ((), (3,)) for v in SPECIAL_VALUES]:
-        results = []
-        for threshold in (0, 1 << 20):
-            with mt.fusion(threshold=threshold), np.errstate(all="ignore"):
-                x = mt.tensor(np.full(shape, value, dtype), requires_grad=True)
-                out = mt.op(name, x)
-                out.backward(mt.tensor(np.full(shape, 0.7, dtype)))
-                results.append((out.numpy().copy(), x.grad.numpy().copy()))
-        (fused, fused_grad), (at_once, at_once_grad) = results
-        assert at_once.dtype == fused.dtype and at_once_grad.dtype == fused_grad.dtype
-        assert_same_bits_or_ulps(at_once, fused, dtype, 4)
-        assert_same_bits_or_ulps(at_once_grad, fused_grad, dtype, 16)
-
-
-@pytest.mark.parametrize("name", ROWS)
-def test_gradients_computed_at_once_match_finite_differences(name):
-    rng = np.random.default_rng(3)
-    arrays, numbers = operands(name, 5, rng)
-    nodes = [mt.tensor(a) if a.dtype == bool else mt.tensor(a, requires_grad=True,
-                                                             dtype="float64")
-             for a in arrays]
-    with mt.fusion(threshold=1000):
-        assert mt.gradcheck(lambda *xs: mt.op(name, *xs, *numbers), nodes)
 
 
 # ---- reductions and broadcasting ------------------------------------------------------------
