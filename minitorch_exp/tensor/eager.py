@@ -414,20 +414,22 @@ def derivative(row: OpDef, g: Tensor, out: Tensor, args, needs: tuple) -> tuple:
     """The gradients of ``row``'s operands where ``needs`` says (``OpDef.gradients``),
     computed now: its rule run on NumPy arrays (``g``'s, the operands' and the
     result's) and Python numbers. Each is a new Tensor, or ``g`` itself where the rule
-    passes it on (``add``)."""
-    garr, oarr = g.array, out.array
-    operands = []
-    for a in args:  # a loop: cheaper than a comprehension's frame on Python 3.11
-        operands.append(a.array if type(a) is Tensor else a)
-    found = None
-    if row.numpy_slow:
-        found = _compiled_gradients(row, garr, (*operands, oarr), needs)
+    passes it on (``add``). The binary case is written out: every op of backward asks."""
+    garr = g.array
+    if len(args) == 2:
+        a, b = args
+        operands = (a.array if type(a) is Tensor else a, b.array if type(b) is Tensor else b)
+    else:
+        operands = tuple([a.array if type(a) is Tensor else a for a in args])
+    found = _compiled_gradients(row, garr, (*operands, out.array), needs) \
+        if row.numpy_slow else None
     if found is None:
-        found = row.gradients(garr, oarr, operands, needs)
-    grads = []
-    for r in found:
-        grads.append(r if r is None else g if r is garr else wrap(r))
-    return tuple(grads)
+        found = row.gradients(garr, out.array, operands, needs)
+    if len(found) == 2:
+        x, y = found
+        return (None if x is None else g if x is garr else wrap(x),
+                None if y is None else g if y is garr else wrap(y))
+    return tuple([r if r is None else g if r is garr else wrap(r) for r in found])
 
 
 def fold(name: str, x: np.ndarray, axes: tuple, keepdims: bool = False) -> np.ndarray:
