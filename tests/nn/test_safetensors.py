@@ -326,3 +326,49 @@ def test_crafted_headers_fail_only_with_safetensors_error(tmp_path_factory, blob
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
     assert peak < 4 * os.path.getsize(path) + 64 * 1024  # never the header's claims
+
+
+def _sequence_pair(torch, kind: str):
+    """The same sequence model in PyTorch and here: (theirs, ours, input shape)."""
+    if kind == "lstm":
+        return (torch.nn.LSTM(6, 8, num_layers=2, batch_first=True, bidirectional=True),
+                nn.LSTM(6, 8, num_layers=2, batch_first=True, bidirectional=True), (3, 5, 6))
+    if kind == "gru":
+        return (torch.nn.GRU(6, 8, batch_first=True), nn.GRU(6, 8, batch_first=True),
+                (3, 5, 6))
+    settings = dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    return (torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(**settings), 2,
+                                        enable_nested_tensor=False),
+            nn.TransformerEncoder(nn.TransformerEncoderLayer(**settings), 2), (3, 5, 8))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "transformer"])
+def test_pytorch_sequence_models_load_through_safetensors(tmp_path, kind) -> None:
+    """A PyTorch LSTM, GRU and Transformer encoder saved with safetensors.torch load here
+    one to one (PyTorch's key names and layouts) and give PyTorch's outputs; ours,
+    saved here, load there and give ours."""
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    torch.manual_seed(0)
+    theirs, ours, shape = _sequence_pair(torch, kind)
+    theirs.eval(), ours.eval()
+    path = tmp_path / f"{kind}.safetensors"
+    st_torch.save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, str(path))
+    assert ours.load_state_dict(mt.load_safetensors(path)) == ([], [])
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+
+    def outputs(model, lib):
+        with (torch.no_grad() if lib is torch else mt.no_grad()):
+            out = model(lib.from_numpy(x))
+        return (out[0] if isinstance(out, tuple) else out).numpy()
+
+    np.testing.assert_allclose(outputs(ours, mt), outputs(theirs, torch), rtol=1e-4,
+                               atol=1e-5)
+    back = tmp_path / f"ours-{kind}.safetensors"
+    mt.manual_seed(2)
+    ours = _sequence_pair(torch, kind)[1].eval()
+    mt.save_safetensors(ours, back)
+    fresh = _sequence_pair(torch, kind)[0].eval()
+    fresh.load_state_dict(st_torch.load_file(str(back)))
+    np.testing.assert_allclose(outputs(fresh, torch), outputs(ours, mt), rtol=1e-4,
+                               atol=1e-5)
