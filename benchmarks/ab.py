@@ -57,6 +57,17 @@ def _tiny_chain():
     return chain
 
 
+def _tutorial(which: str):
+    """A step of PyTorch's "learning PyTorch with examples": the polynomial fit or the
+    dynamic network (``bench_eager.py --only tutorials`` runs them beside PyTorch)."""
+    import bench_eager
+
+    import minitorch_exp as mt
+    if which == "polynomial":
+        return bench_eager.polynomial_step(mt)
+    return bench_eager.dynamic_net_step(mt, mt.nn)
+
+
 #: name -> (group, a function returning the step to time)
 WORKLOADS = {
     "mlp eager b32": ("mlp", lambda: _mlp(32, False)),
@@ -68,6 +79,8 @@ WORKLOADS = {
     "lenet eager": ("lenet", lambda: _lenet(False)),
     "lenet captured": ("lenet", lambda: _lenet(True)),
     "tiny chain fwd+bwd": ("eager", _tiny_chain),
+    "tutorial polynomial": ("eager", lambda: _tutorial("polynomial")),
+    "tutorial dynamic net": ("eager", lambda: _tutorial("dynamic")),
 }
 
 
