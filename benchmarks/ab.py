@@ -87,6 +87,13 @@ WORKLOADS = {
 def child(names: list[str], threads: int, min_time: float) -> None:
     """Time each workload once in this process; print ``{name: seconds}`` as JSON."""
     from common import pin_threads, timeit
+
+    # the tree under test (PYTHONPATH), before a bench script puts its own first on sys.path
+    import minitorch_exp
+
+    tree = Path(os.environ["PYTHONPATH"].split(os.pathsep)[0]).resolve()
+    if tree not in Path(minitorch_exp.__file__).resolve().parents:
+        raise RuntimeError(f"ab.py: imported {minitorch_exp.__file__}, not {tree}'s package")
     pin_threads(threads)
     print(json.dumps({name: timeit(WORKLOADS[name][1](), min_time=min_time)
                       for name in names}))
