@@ -4,6 +4,7 @@ with the Protocol's signatures, and backend modules never import the engine side
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import types
 from pathlib import Path
@@ -141,18 +142,25 @@ def contract_only(backend) -> types.SimpleNamespace:
     return types.SimpleNamespace(name=backend.name, **methods)
 
 
+@contextlib.contextmanager
+def seeing_only_the_contract(name: str, module, monkeypatch):
+    """The CPU backend ``name`` chosen, ``module`` seeing nothing of it but the contract."""
+    if name == "numba":
+        pytest.importorskip("numba")
+    with backends.using_cpu_backend(name):
+        monkeypatch.setattr(module, "device_backend",
+                            lambda device: contract_only(backends.device_backend(device)))
+        yield
+
+
 @pytest.mark.parametrize("name", ["numpy", "numba"])
 def test_the_engine_needs_nothing_beyond_the_contract(name, monkeypatch):
     """Every kind of statement -- elementwise, grouped, BLAS, reductions plain and fused,
     a copy, and all of them recorded and replayed -- runs on a backend that has
     only the contract's methods: the engine reaches for nothing else."""
-    if name == "numba":
-        pytest.importorskip("numba")
     rng = np.random.default_rng(0)
     a, b = rng.random((3, 4)), rng.random((4, 5))
-    with backends.using_cpu_backend(name):
-        monkeypatch.setattr(engine, "device_backend",
-                            lambda device: contract_only(backends.device_backend(device)))
+    with seeing_only_the_contract(name, engine, monkeypatch):
         caches.invalidate("a backend with nothing but the contract")
         x, w = T.from_numpy(a), T.from_numpy(b)
         y, m, s, c = T.empty((3, 5)), T.empty(4), T.empty((3, 4)), T.empty((3, 4))
@@ -178,15 +186,11 @@ def test_small_work_needs_nothing_beyond_the_contract(name, monkeypatch):
     """The evaluator of small work (eager.py) -- relu's compiled loop forward and
     backward, a bias's column sums -- reaches the backend only through the contract,
     and gets NumPy's values from either backend."""
-    if name == "numba":
-        pytest.importorskip("numba")
     import minitorch_exp as mt
     from minitorch_exp.tensor import eager
     rng = np.random.default_rng(1)
     a, w = rng.standard_normal((128, 64)), rng.standard_normal((8, 64))
-    with backends.using_cpu_backend(name):
-        monkeypatch.setattr(eager, "device_backend",
-                            lambda device: contract_only(backends.device_backend(device)))
+    with seeing_only_the_contract(name, eager, monkeypatch):
         monkeypatch.setattr(eager, "COMPILED_FROM", 64)
         eager._COMPILED.clear()
         x = mt.tensor(a, requires_grad=True)
