@@ -101,8 +101,10 @@ def now(shape: tuple, device=CPU) -> bool:
 
 
 def computes_now(e: Exp) -> bool:
-    """``now`` for an op whose work is the size of ``e``."""
-    return now(e.shape, e.device)
+    """``now`` for an op whose work is the size of ``e`` (written out: backward asks it of
+    most gradients)."""
+    return (math.prod(e.shape) < policy.threshold and e.device is CPU
+            and recording.this_thread.rec is None)
 
 
 def decision(e: Exp, op: str = "") -> str:
