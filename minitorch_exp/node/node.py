@@ -252,7 +252,14 @@ class Node:
     def zero_(self) -> Node:
         return self._inplace("=", 0)
 
-    def backward(self, grad=None, retain_graph: bool = False) -> None:
+    def backward(self, grad=None, retain_graph: bool = False, create_graph: bool = False
+                 ) -> None:
+        """Accumulate this Node's gradient into every leaf's ``.grad``; with
+        ``create_graph=True`` the gradients are Nodes in the graph, to differentiate
+        again (node/higher_order.py), and the graph is kept."""
+        if create_graph:
+            from .higher_order import accumulate_graph_gradients
+            return accumulate_graph_gradients(self, grad)
         global _backward_pass  # node/backward.py imports this module: bound on first use
         if _backward_pass is None:
             from .backward import backward as _backward_pass

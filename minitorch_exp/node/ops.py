@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+import types
 
 import numpy as np
 
@@ -833,3 +834,6 @@ METHODS: dict = {op.name: _EXPLICIT_METHODS.get(op.name) or (
 METHODS.update((name, FUNCTIONS[r.function]) for r in REDUCTIONS.values()
                for name in (r.name, r.function))
 install_methods(sys.modules[__name__])
+#: The functions a registry rule finds through ``_e(g)`` when it runs on Nodes: every
+#: built-in row's (node/higher_order.py, a backward that records).
+Node.rule_forms = types.SimpleNamespace(**_ELEMENTWISE)

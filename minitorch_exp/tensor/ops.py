@@ -230,9 +230,14 @@ ROW_FORMS = _RowForms()
 def _e(g):
     """Where a derivative finds ``where``, ``log``, ``sign``...: for an expression
     gradient ``g``, expr's functions, building the backward pass's trees; for an
-    array, each row's own NumPy form."""
+    array, each row's own NumPy form; for a value type that names its own
+    (``rule_forms``: a Node, in a backward that records), those."""
+    if type(g) is np.ndarray:  # computed at once: the everyday case, first
+        return ROW_FORMS
     e = _expr()
-    return e if isinstance(g, e.Exp) else ROW_FORMS
+    if isinstance(g, e.Exp):
+        return e
+    return getattr(type(g), "rule_forms", ROW_FORMS)
 
 
 def _number(x):

@@ -646,8 +646,8 @@ def test_autograd_grad_leaves_grads_alone():
     assert gc is None
     with pytest.raises(RuntimeError, match="not a leaf"):
         mt.autograd.grad((a * 2).sum(), [a * 2])
-    with pytest.raises(NotImplementedError, match="create_graph"):
-        mt.autograd.grad((a * 2).sum(), [a], create_graph=True)
+    (g2,) = mt.autograd.grad((a * a).sum(), [a], create_graph=True)  # issue 43
+    assert g2.tolist() == [2.0, 4.0] and g2.requires_grad
 
 
 def test_autograd_backward_and_gradcheck_reporting():

@@ -15,17 +15,21 @@ from __future__ import annotations
 import functools
 import inspect
 
-from .node import Function as _NodeFunction
-from .node import Node
-from .node import gradcheck as _gradcheck
-from .node.anomaly import detect_anomaly
-from .node.backward import topological_order
-from .node.grad_mode import enable_grad, no_grad
-from .node.node import zeros_like
-from .tensor.expr import Exp
+import numpy as np
 
-__all__ = ["Function", "backward", "detect_anomaly", "enable_grad", "grad", "gradcheck",
-           "no_grad", "once_differentiable"]
+from ..node import Function as _NodeFunction
+from ..node import Node
+from ..node import gradcheck as _gradcheck
+from ..node.anomaly import detect_anomaly
+from ..node.backward import topological_order
+from ..node.grad_mode import enable_grad, no_grad
+from ..node.node import ones_like, zeros_like
+from ..node.ops import cat
+from ..tensor.expr import Exp
+from ..tensor.tensor import from_array
+
+__all__ = ["Function", "backward", "detect_anomaly", "enable_grad", "functional", "grad",
+           "gradcheck", "gradgradcheck", "no_grad", "once_differentiable"]
 
 
 def _node_of(value):
@@ -158,13 +162,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     """The gradients of ``outputs`` with respect to ``inputs`` (leaves that require
     grad), returned rather than accumulated: every leaf's ``.grad`` is as before.
 
-    ``create_graph`` (gradients of gradients) is not supported: backward here
-    computes gradients outside the graph.
+    ``create_graph=True``: the gradients are Nodes in the graph, to differentiate
+    again (node/higher_order.py); ``inputs`` may then be any nodes of the graph.
     """
     if create_graph:
-        raise NotImplementedError("autograd.grad(create_graph=True): gradients here are "
-                                  "computed outside the graph, so they cannot be "
-                                  "differentiated again")
+        return _graph_grad(_as_list(outputs), _as_list(inputs), grad_outputs,
+                           allow_unused, materialize_grads)
     inputs = _as_list(inputs)
     for i, x in enumerate(inputs):
         if not isinstance(x, Node) or not x.requires_grad:
@@ -193,6 +196,37 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     return found
 
 
+def _graph_grad(outputs, inputs, grad_outputs, allow_unused, materialize_grads) -> tuple:
+    """``grad(create_graph=True)``: every gradient a Node recorded in the graph."""
+    from ..node.higher_order import graph_gradients
+    for i, x in enumerate(inputs):
+        if not isinstance(x, Node) or not x.requires_grad:
+            raise RuntimeError(f"grad: input {i} does not require grad")
+    seeds = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
+    seeds = [_seed(out, g) for out, g in zip(outputs, seeds, strict=True)]
+    found = graph_gradients(outputs, seeds)
+    result = tuple(found.get(x) for x in inputs)
+    if not allow_unused and not materialize_grads and any(g is None for g in result):
+        raise RuntimeError("grad: one of the inputs was not used to compute the outputs; "
+                           "pass allow_unused=True to get None for it")
+    if materialize_grads:
+        result = tuple(zeros_like(x) if g is None else g for x, g in zip(inputs, result))
+    return result
+
+
+def _seed(out: Node, g) -> Node:
+    """The gradient a backward starts from at ``out``: ``g``, or 1 for one element."""
+    if g is not None:
+        if tuple(g.shape) != out.shape:
+            raise RuntimeError(f"grad: grad_outputs has shape {tuple(g.shape)}, the output "
+                               f"has {out.shape}")
+        return g if isinstance(g, Node) else Node(g)
+    if out.numel() != 1:
+        raise RuntimeError(f"grad can be implicitly created only for one-element outputs, "
+                           f"got shape {out.shape}; pass grad_outputs=")
+    return ones_like(out)
+
+
 def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
               raise_exception: bool = True, **_ignored) -> bool:
     """PyTorch's signature for ``mt.gradcheck`` (central differences in float64):
@@ -210,3 +244,38 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
         for x, g in zip(inputs, held):
             if isinstance(x, Node) and x.requires_grad:
                 x.grad = g
+
+
+def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: float = 1e-5,
+                  rtol: float = 1e-3, raise_exception: bool = True, **_ignored) -> bool:
+    """PyTorch's ``gradgradcheck``: the second derivatives of ``func`` at ``inputs``
+    (float64), through ``grad(create_graph=True)``, against central differences of its
+    first derivatives. ``grad_outputs`` (default: fixed random values) weights the
+    outputs in the first backward."""
+    inputs = _as_list(inputs)
+    leaves = [x for x in inputs if isinstance(x, Node) and x.requires_grad]
+    with enable_grad():
+        outs = _as_list(func(*inputs))
+    if grad_outputs is None:
+        rng = np.random.default_rng(1)
+        grad_outputs = [Node(from_array(rng.uniform(0.5, 1.5, o.shape))).to(o.device)
+                        for o in outs]
+
+    def first_derivatives(*xs):
+        with enable_grad():
+            found = grad(_as_list(func(*xs)), [x for x in xs if isinstance(x, Node)
+                                                and x.requires_grad],
+                         _as_list(grad_outputs), create_graph=True, allow_unused=True,
+                         materialize_grads=True)
+        flat = cat([g.reshape(-1) for g in found])
+        # constant first derivatives (x + y) have no graph: tie them to the inputs, with
+        # zero second derivatives, so that they are checked too
+        return flat + sum(x.sum() * 0.0 for x in xs if isinstance(x, Node) and x.requires_grad)
+
+    if not leaves:
+        raise ValueError("gradgradcheck: no input requires grad")
+    return gradcheck(first_derivatives, inputs, eps=eps, atol=atol, rtol=rtol,
+                     raise_exception=raise_exception)
+
+
+from . import functional  # noqa: E402 -- it reads grad from this module

@@ -1,0 +1,220 @@
+"""Gradients that are themselves in the graph (``create_graph=True``): double backward.
+
+``backward()`` computes gradients outside the graph, as fused expressions. With
+``create_graph=True`` the same walk runs each Function's backward on Nodes, so
+every gradient is a Node recorded like any other value and can be differentiated
+again (a Hessian-vector product, a gradient penalty, a second derivative).
+
+A registry row's rule is written once (tensor/ops.py) with operators and
+``_e(g)``'s functions; on Nodes, ``_e`` finds the Node-level functions
+(``Node.rule_forms``), so the very rule that fuses in a first backward records
+Nodes here. A Function's other rules are written below with the Node-level
+operations, beside the Function they differentiate (``RULES``). Where the output
+of an op is read by its rule (``exp``, ``tanh``...) it is recomputed from the
+inputs as a Node, so its own dependence on them is recorded too. A Function with
+no rule here -- a library call on arrays, a user Function -- raises an error
+naming it when a gradient has to pass through it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..tensor.engine import realize
+from ..tensor.ops import OPS
+from ..tensor.tensor import _is_basic_index
+from . import ops
+from .function import Function, SliceGradient
+from .grad_mode import enable_grad
+from .node import Node, ones_like
+
+
+def graph_gradients(roots: list, grads: list) -> dict:
+    """``{node: d(sum of roots . grads)/d(node)}`` for every node reachable from
+    ``roots`` that requires grad, each gradient a Node in the graph."""
+    pending: dict[Node, Node] = {}
+    for root, g in zip(roots, grads):
+        pending[root] = g if root not in pending else pending[root] + g
+    order = _order(roots)
+    found: dict[Node, Node] = {}
+    with enable_grad():
+        for node in order:
+            g = pending.pop(node, None)
+            if g is None:
+                continue
+            found[node] = g
+            ctx = node.grad_fn
+            if ctx is None:
+                continue
+            if ctx.freed:
+                raise RuntimeError(f"create_graph through {ctx.name}: its saved values were "
+                                   "freed by an earlier backward(); pass retain_graph=True")
+            for inp, need, ig in zip(ctx.inputs, ctx.needs_input_grad, _rule(ctx)(ctx, g)):
+                if need and ig is not None and isinstance(inp, Node):
+                    pending[inp] = ig if inp not in pending else pending[inp] + ig
+    return found
+
+
+def accumulate_graph_gradients(root: Node, grad=None) -> None:
+    """``root.backward(grad, create_graph=True)``: each leaf's gradient, a Node in the
+    graph, added to its ``.grad``."""
+    if not root.requires_grad:
+        raise RuntimeError("backward: this tensor does not require grad and has no grad_fn")
+    if grad is None:
+        if root.numel() != 1:
+            raise RuntimeError(f"backward() without a gradient needs a single-element output, "
+                               f"got shape {root.shape}")
+        grad = ones_like(root)
+    found = graph_gradients([root], [grad if isinstance(grad, Node) else Node(grad)])
+    for node, g in found.items():
+        if node.grad_fn is None and node.requires_grad:
+            node.grad = g if node.grad is None else node.grad + g
+
+
+def _order(roots: list) -> list:
+    """The nodes of the roots' joint graph that require grad, each before its inputs."""
+    stack, seen, post = [(r, False) for r in roots], set(), []
+    while stack:
+        node, done = stack.pop()
+        if done:
+            post.append(node)
+        elif node not in seen:
+            seen.add(node)
+            stack.append((node, True))
+            ctx = node.grad_fn
+            if ctx is not None:
+                stack.extend((p, False) for p in ctx.inputs
+                             if isinstance(p, Node) and p.requires_grad and p not in seen)
+    post.reverse()
+    return post
+
+
+def _rule(ctx):
+    rule = RULES.get(ctx.fn) or RULES.get(getattr(ctx.fn, "reduction", None) and "reduction")
+    if rule is None:
+        raise RuntimeError(
+            f"create_graph: {ctx.name}.backward is not differentiable here -- it computes "
+            "its gradient outside the graph (a library call on arrays, or a Function "
+            "without a Node-level rule); a second derivative through it is not available")
+    return rule
+
+
+def sum_to(g: Node, shape: tuple) -> Node:
+    """``g`` summed over the axes broadcasting added to ``shape``, as a Node."""
+    if g.shape == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                      if n == 1 and g.shape[lead + i] != 1)
+    return ops.reshape(ops.sum(g, axes, keepdims=True), shape)
+
+
+# ---- each Function's rule on Nodes ------------------------------------------------------
+
+def _elementwise(ctx, g):
+    row = OPS[ctx.attrs["op"]]
+    args = ctx.inputs
+    out = ops.elementwise(row.name, *args)  # recomputed: the rule may read its output
+    grads = row.gradients(g, out, tuple(args), ctx.needs_input_grad)
+    return tuple(r if r is None or not isinstance(a, Node) else sum_to(_node(r, g), a.shape)
+                 for r, a in zip(grads, args))
+
+
+def _node(r, like: Node) -> Node:
+    """A rule's result as a Node (a rule may return a number: ``d(x + 1)/d1``)."""
+    return r if isinstance(r, Node) else like * 0 + r
+
+
+def _reduction(ctx, g):
+    r = ctx.fn.reduction
+    shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
+    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+    spread = ops.expand(ops.reshape(g, kept), shape)
+    if r.name == "sum":
+        return (spread,)
+    if r.name == "mean":
+        return (spread * (1.0 / max(math.prod(shape[a] for a in axes), 1)),)
+    x = ctx.inputs[0]  # max and min: shared between the elements equal to the result
+    out = ops.expand(ops.reshape(getattr(ops, r.function)(x, axes, keepdims=True), kept),
+                     shape).detach()
+    hit = ops.elementwise("where", out != out, x != x, x == out)
+    ties = ops.expand(ops.sum(ops.astype(hit, x.dtype), axes, keepdims=True), shape)
+    return (ops.elementwise("where", hit, spread / ties, 0.0),)
+
+
+def _matmul(ctx, g):
+    a, b = ctx.inputs
+    a2 = ops.reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
+    b2 = ops.reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
+    g2 = ops.reshape(g, ops._matmul_out_shape(a2.shape, b2.shape))
+    ga = gb = None
+    if ctx.needs_input_grad[0]:
+        ga = ops.reshape(sum_to(ops.matmul(g2, ops.transpose(b2, -1, -2)), a2.shape), a.shape)
+    if ctx.needs_input_grad[1]:
+        gb = ops.reshape(sum_to(ops.matmul(ops.transpose(a2, -1, -2), g2), b2.shape), b.shape)
+    return ga, gb
+
+
+def _linear(ctx, g):
+    x, weight = ctx.inputs[:2]
+    needs = ctx.needs_input_grad
+    rows = ops.reshape(g, (-1, weight.shape[0]))
+    gx = ops.matmul(g, weight) if needs[0] else None
+    gw = ops.matmul(ops.transpose(rows, 0, 1), ops.reshape(x, (-1, x.shape[-1]))) \
+        if needs[1] else None
+    if len(needs) == 2:
+        return gx, gw
+    return gx, gw, ops.sum(rows, (0,)) if needs[2] else None
+
+
+def _softmax_cross_entropy(ctx, g):
+    z, q = ctx.inputs
+    p = ops.softmax(z, 1)
+    return (p - q) * ops.reshape(g, (g.shape[0], 1)), None
+
+
+class PlaceSlice(Function):
+    """``g`` placed at a basic index ``key`` of zeros of ``shape``: the gradient of
+    ``x[key]``, as a Function so that it is differentiable again (its gradient is
+    the same index)."""
+
+    keyword_attributes = True
+
+    @staticmethod
+    def forward(ctx, g, key, shape):
+        return SliceGradient(key, g, shape, g.dtype, g.device).dense()
+
+    @staticmethod
+    def backward(ctx, gg):
+        return (realize(gg)[ctx.attrs["key"]],)
+
+
+def _getitem(ctx, g):
+    key, (shape, _, _) = ctx.attrs["key"], ctx.attrs["in"]
+    if not _is_basic_index(key):
+        raise RuntimeError("create_graph: indexing with tensors or lists (a gather) has no "
+                           "differentiable gradient here; use basic slices or mt.gather")
+    return (PlaceSlice.apply(g, key=key, shape=shape),)
+
+
+RULES = {
+    ops.Elementwise: _elementwise,
+    "reduction": _reduction,
+    ops.MatMul: _matmul,
+    ops.Linear: _linear,
+    ops.SoftmaxCrossEntropy: _softmax_cross_entropy,
+    ops.Expand: lambda ctx, g: (sum_to(g, ctx.attrs["in_shape"]),),
+    ops.Reshape: lambda ctx, g: (ops.reshape(g, ctx.attrs["in_shape"]),),
+    ops.Permute: lambda ctx, g: (ops.permute(g, *_inverse(ctx.attrs["dims"])),),
+    ops.AsType: lambda ctx, g: (ops.astype(g, ctx.attrs["in_dtype"]),),
+    ops.Clone: lambda ctx, g: (g,),
+    ops.GetItem: _getitem,
+    PlaceSlice: lambda ctx, g: (ops.getitem(g, ctx.attrs["key"]),),
+}
+
+
+def _inverse(dims) -> tuple:
+    inverse = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inverse[d] = i
+    return tuple(inverse)

@@ -1,0 +1,223 @@
+"""Gradients of gradients (issue 43): ``grad(create_graph=True)``,
+``backward(create_graph=True)``, ``autograd.functional`` and ``gradgradcheck``.
+
+With ``create_graph`` each Function's backward runs on Nodes (node/higher_order.py):
+a registry row's rule is the one that fuses in a first backward, run on Nodes. The
+second derivatives are checked against central differences of the first ones in
+float64 (``gradgradcheck``), and against PyTorch where it is installed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch_exp as mt
+from minitorch_exp import nn
+from minitorch_exp.autograd import functional as AF
+from minitorch_exp.tensor.ops import OPS
+
+#: Every differentiable built-in row (sign's derivative is 0 wherever it is defined)
+ROWS = sorted(name for name, op in OPS.items()
+              if op.builtin and op.result != "bool" and name != "sign")
+#: Rows whose derivative is not differentiable at the values drawn: steps and kinks
+KINKED = {"abs", "relu", "floor", "ceil", "trunc", "round", "maximum", "minimum", "clip",
+          "where"}
+
+
+def leaf(values) -> mt.Node:
+    return mt.tensor(np.asarray(values, np.float64), requires_grad=True)
+
+
+def operands(name: str, rng) -> list:
+    x = rng.uniform(0.3, 1.4, 5) * np.where(rng.random(5) < 0.5, -1, 1)
+    positive = np.abs(x) + 0.2
+    if name == "where":
+        return [mt.tensor(x > 0), leaf(x), leaf(-x * 0.5)]
+    if name == "clip":
+        return [leaf(x), -0.8, 0.9]
+    if name == "pow":
+        return [leaf(positive), leaf(x)]
+    first = positive if name in ("log", "log1p", "sqrt", "rsqrt") else x
+    return [leaf(first)] + [leaf(rng.uniform(0.3, 1.4, 5)) for _ in range(OPS[name].arity - 1)]
+
+
+def test_the_issue_s_example_gives_second_derivatives():
+    x = leaf([1.0, 2.0, 3.0])
+    g, = mt.autograd.grad((x ** 3).sum(), x, create_graph=True)
+    np.testing.assert_allclose(g.numpy(), 3 * x.numpy() ** 2)
+    assert g.requires_grad and g.grad_fn is not None
+    gg, = mt.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(gg.numpy(), 6 * x.numpy())
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_every_registry_row_passes_gradgradcheck(name):
+    args = operands(name, np.random.default_rng(0))
+    assert mt.autograd.gradgradcheck(lambda *xs: mt.op(name, *xs), args)
+
+
+@pytest.mark.parametrize("what", ["sum", "mean", "amax", "amin", "matmul", "linear",
+                                  "views", "softmax", "log_softmax", "logsumexp",
+                                  "cross_entropy", "mse_loss", "slices"])
+def test_reductions_products_views_and_losses_pass_gradgradcheck(what):
+    rng = np.random.default_rng(1)
+    x = leaf(rng.standard_normal((3, 4)))
+    w = leaf(rng.standard_normal((5, 4)))
+    b = leaf(rng.standard_normal(5))
+    target = mt.tensor(np.array([1, 0, 4]))
+    fns = {
+        "sum": lambda x: (x * x).sum(1), "mean": lambda x: (x.tanh() * x).mean(0),
+        "amax": lambda x: (x * x).amax(1), "amin": lambda x: (x * x).amin(0),
+        "matmul": lambda x: (x @ x.T).tanh(),
+        "linear": lambda x: nn.functional.linear(x.tanh(), w, b).sigmoid(),
+        "views": lambda x: (x.reshape(4, 3).permute(1, 0) * x.T.reshape(4, 3).T).exp(),
+        "softmax": lambda x: mt.softmax(x, -1), "log_softmax": lambda x: mt.log_softmax(x, 1),
+        "logsumexp": lambda x: mt.logsumexp(x, 1),
+        "cross_entropy": lambda x: nn.functional.cross_entropy(
+            nn.functional.linear(x, w, b), target),
+        "mse_loss": lambda x: nn.functional.mse_loss(x.tanh(), x * 0.5),
+        "slices": lambda x: x[1:, ::2] * x[:2, 1::2],
+    }
+    assert mt.autograd.gradgradcheck(fns[what], [x])
+
+
+def test_jacobian_and_hessian_match_finite_differences():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((3, 3))
+    f = lambda x: (mt.tensor(a) @ x).tanh()  # noqa: E731
+    x = rng.standard_normal(3)
+    jac = AF.jacobian(f, mt.tensor(x)).numpy()
+    eps, want = 1e-6, np.zeros((3, 3))
+    for j in range(3):
+        d = np.zeros(3)
+        d[j] = eps
+        want[:, j] = (np.tanh(a @ (x + d)) - np.tanh(a @ (x - d))) / (2 * eps)
+    np.testing.assert_allclose(jac, want, rtol=1e-6, atol=1e-8)
+    s = lambda x: (x.sin() * x).sum()  # noqa: E731  d2/dx2 = 2cos x - x sin x
+    hess = AF.hessian(s, mt.tensor(x)).numpy()
+    np.testing.assert_allclose(hess, np.diag(2 * np.cos(x) - x * np.sin(x)), atol=1e-12)
+
+
+def test_products_with_vectors_agree():
+    rng = np.random.default_rng(3)
+    x, v = mt.tensor(rng.standard_normal(4)), mt.tensor(rng.standard_normal(4))
+    f = lambda x: (x.exp() * x.sin()).sum()  # noqa: E731
+    hess = AF.hessian(f, x).numpy()
+    _, hv = AF.hvp(f, x, v)
+    _, vh = AF.vhp(f, x, v)
+    np.testing.assert_allclose(hv.numpy(), hess @ v.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(vh.numpy(), v.numpy() @ hess, rtol=1e-10)
+    g = lambda x: x.tanh() * 3  # noqa: E731
+    jac = AF.jacobian(g, x).numpy()
+    _, jv = AF.jvp(g, x, v)
+    _, vj = AF.vjp(g, x, v)
+    np.testing.assert_allclose(jv.numpy(), jac @ v.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(vj.numpy(), v.numpy() @ jac, rtol=1e-10)
+
+
+def test_a_function_without_a_rule_is_named_when_differentiated_twice():
+    x = leaf(np.arange(6.0).reshape(2, 3))
+    y = mt.cumsum(x, 1).sum()
+    with pytest.raises(RuntimeError, match="create_graph: Cumsum.backward is not"):
+        mt.autograd.grad(y, x, create_graph=True)
+
+
+def test_without_create_graph_the_gradient_is_outside_the_graph():
+    x = leaf([1.0, 2.0])
+    g, = mt.autograd.grad((x * x).sum(), x)
+    assert not g.requires_grad and g.grad_fn is None
+
+
+def test_backward_with_create_graph_accumulates_graph_gradients():
+    x = leaf([0.5, -1.0])
+    (x.sin() * x).sum().backward(create_graph=True)
+    assert x.grad.requires_grad
+    first = x.grad
+    x.grad = None
+    first.sum().backward()
+    want = 2 * np.cos(x.numpy()) - x.numpy() * np.sin(x.numpy())
+    np.testing.assert_allclose(x.grad.numpy(), want)
+
+
+# ---- the three scripts of the issue, against PyTorch -----------------------------------
+
+def torch_or_skip():
+    return pytest.importorskip("torch")
+
+
+def test_a_gradient_penalty_step_matches_pytorch():
+    """A WGAN-GP critic's penalty, ``(|d critic / d x| - 1)^2``, differentiated into the
+    critic's weights."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(4)
+    w1, b1 = rng.standard_normal((8, 3)) * 0.5, rng.standard_normal(8) * 0.1
+    w2, b2 = rng.standard_normal((1, 8)) * 0.5, rng.standard_normal(1) * 0.1
+    x = rng.standard_normal((5, 3))
+
+    def run(lib, F):
+        params = [lib.tensor(p, requires_grad=True) for p in (w1, b1, w2, b2)]
+        inp = lib.tensor(x, requires_grad=True)
+        out = F.linear(F.linear(inp, params[0], params[1]).tanh(), params[2], params[3])
+        g, = lib.autograd.grad(out.sum(), inp, create_graph=True)
+        penalty = ((g.pow(2).sum(1).sqrt() - 1) ** 2).mean()
+        penalty.backward()
+        # the output bias does not move the penalty: no gradient, in both libraries
+        return [penalty.item()] + [None if p.grad is None else p.grad.numpy() for p in params]
+
+    ours, theirs = run(mt, nn.functional), run(torch, torch.nn.functional)
+    assert ours[-1] is None and theirs[-1] is None
+    for a, b in zip(ours[:-1], theirs[:-1]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_a_physics_informed_second_derivative_matches_pytorch():
+    """u(x) = MLP(x); the residual of ``u'' = f`` needs d2u/dx2, then its gradient in
+    the weights."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(5)
+    w1, b1 = rng.standard_normal((6, 1)), rng.standard_normal(6)
+    w2 = rng.standard_normal((1, 6))
+    xs = np.linspace(-1, 1, 7).reshape(7, 1)
+
+    def run(lib, F):
+        params = [lib.tensor(p, requires_grad=True) for p in (w1, b1, w2)]
+        x = lib.tensor(xs, requires_grad=True)
+        u = F.linear(F.linear(x, params[0], params[1]).tanh(), params[2])
+        du, = lib.autograd.grad(u.sum(), x, create_graph=True)
+        d2u, = lib.autograd.grad(du.sum(), x, create_graph=True)
+        loss = ((d2u + lib.tensor(np.pi ** 2 * np.sin(np.pi * xs))) ** 2).mean()
+        loss.backward()
+        return [loss.item(), d2u.detach().numpy()] + [p.grad.numpy() for p in params]
+
+    for a, b in zip(run(mt, nn.functional), run(torch, torch.nn.functional)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11)
+
+
+def test_a_two_step_maml_inner_loop_matches_pytorch():
+    """Two inner SGD steps on a sine task with ``create_graph``, then the outer loss's
+    gradient in the initial weights, through both steps."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(6)
+    w1, b1 = rng.standard_normal((10, 1)) * 0.5, np.zeros(10)
+    w2, b2 = rng.standard_normal((1, 10)) * 0.5, np.zeros(1)
+    xs = rng.uniform(-3, 3, (8, 1))
+    ys = np.sin(xs + 0.5)
+
+    def run(lib, F):
+        params = [lib.tensor(p, requires_grad=True) for p in (w1, b1, w2, b2)]
+        x, y = lib.tensor(xs), lib.tensor(ys)
+
+        def loss(p):
+            return ((F.linear(F.linear(x, p[0], p[1]).relu(), p[2], p[3]) - y) ** 2).mean()
+
+        fast = params
+        for _ in range(2):
+            grads = lib.autograd.grad(loss(fast), fast, create_graph=True)
+            fast = [p - 0.05 * g for p, g in zip(fast, grads)]
+        outer = loss(fast)
+        outer.backward()
+        return [outer.item()] + [p.grad.numpy() for p in params]
+
+    for a, b in zip(run(mt, nn.functional), run(torch, torch.nn.functional)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
