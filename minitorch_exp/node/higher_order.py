@@ -209,6 +209,7 @@ RULES = {
     ops.AsType: lambda ctx, g: (ops.astype(g, ctx.attrs["in_dtype"]),),
     ops.Clone: lambda ctx, g: (g,),
     ops.GetItem: _getitem,
+    ops.Cat: lambda ctx, g: tuple(ops.getitem(g, index) for index in ctx.attrs["bounds"]),
     PlaceSlice: lambda ctx, g: (ops.getitem(g, ctx.attrs["key"]),),
 }
 

@@ -59,7 +59,8 @@ def test_every_registry_row_passes_gradgradcheck(name):
 
 @pytest.mark.parametrize("what", ["sum", "mean", "amax", "amin", "matmul", "linear",
                                   "views", "softmax", "log_softmax", "logsumexp",
-                                  "cross_entropy", "mse_loss", "slices"])
+                                  "cross_entropy", "mse_loss", "slices", "cat", "stack",
+                                  "layer_norm", "batch_norm", "gelu", "masked_fill"])
 def test_reductions_products_views_and_losses_pass_gradgradcheck(what):
     rng = np.random.default_rng(1)
     x = leaf(rng.standard_normal((3, 4)))
@@ -78,6 +79,12 @@ def test_reductions_products_views_and_losses_pass_gradgradcheck(what):
             nn.functional.linear(x, w, b), target),
         "mse_loss": lambda x: nn.functional.mse_loss(x.tanh(), x * 0.5),
         "slices": lambda x: x[1:, ::2] * x[:2, 1::2],
+        "cat": lambda x: mt.cat([x, x.exp()], 1).tanh(),
+        "stack": lambda x: mt.stack([x, x * x], 0).sin(),
+        "layer_norm": lambda x: nn.LayerNorm(4).double()(x).tanh(),
+        "batch_norm": lambda x: nn.BatchNorm1d(4).double()(x) ** 2,
+        "gelu": lambda x: nn.functional.gelu(x),
+        "masked_fill": lambda x: x.masked_fill(x > 0, 0.0) * x,
     }
     assert mt.autograd.gradgradcheck(fns[what], [x])
 
