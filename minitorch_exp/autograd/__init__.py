@@ -165,17 +165,28 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     ``create_graph=True``: the gradients are Nodes in the graph, to differentiate
     again (node/higher_order.py); ``inputs`` may then be any nodes of the graph.
     """
-    if create_graph:
-        return _graph_grad(_as_list(outputs), _as_list(inputs), grad_outputs,
-                           allow_unused, materialize_grads)
-    inputs = _as_list(inputs)
+    inputs, outputs = _as_list(inputs), _as_list(outputs)
     for i, x in enumerate(inputs):
         if not isinstance(x, Node) or not x.requires_grad:
             raise RuntimeError(f"grad: input {i} does not require grad")
+    if create_graph:
+        found = _graph_grad(outputs, inputs, grad_outputs)
+    else:
+        found = _leaf_grad(outputs, inputs, grad_outputs, retain_graph)
+    if not allow_unused and not materialize_grads and any(g is None for g in found):
+        raise RuntimeError("grad: one of the inputs was not used to compute the outputs; "
+                           "pass allow_unused=True to get None for it")
+    if materialize_grads:
+        found = tuple(zeros_like(x) if g is None else g for x, g in zip(inputs, found))
+    return found
+
+
+def _leaf_grad(outputs, inputs, grad_outputs, retain_graph) -> tuple:
+    """``grad`` outside the graph: a backward into the leaves, their ``.grad`` kept."""
+    for i, x in enumerate(inputs):
         if not x.is_leaf:
             raise RuntimeError(f"grad: input {i} is not a leaf; gradients are kept for leaves "
                                "only here (pass the leaves it was computed from)")
-    outputs = _as_list(outputs)
     leaves = {id(x): x for x in inputs}
     for out in outputs:
         leaves.update((id(n), n) for n in topological_order(out) if n.grad_fn is None)
@@ -188,30 +199,16 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     finally:
         for key, n in leaves.items():
             n.grad = held[key]
-    if not allow_unused and not materialize_grads and any(g is None for g in found):
-        raise RuntimeError("grad: one of the inputs was not used to compute the outputs; "
-                           "pass allow_unused=True to get None for it")
-    if materialize_grads:
-        found = tuple(zeros_like(x) if g is None else g for x, g in zip(inputs, found))
     return found
 
 
-def _graph_grad(outputs, inputs, grad_outputs, allow_unused, materialize_grads) -> tuple:
+def _graph_grad(outputs, inputs, grad_outputs) -> tuple:
     """``grad(create_graph=True)``: every gradient a Node recorded in the graph."""
     from ..node.higher_order import graph_gradients
-    for i, x in enumerate(inputs):
-        if not isinstance(x, Node) or not x.requires_grad:
-            raise RuntimeError(f"grad: input {i} does not require grad")
     seeds = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     seeds = [_seed(out, g) for out, g in zip(outputs, seeds, strict=True)]
     found = graph_gradients(outputs, seeds)
-    result = tuple(found.get(x) for x in inputs)
-    if not allow_unused and not materialize_grads and any(g is None for g in result):
-        raise RuntimeError("grad: one of the inputs was not used to compute the outputs; "
-                           "pass allow_unused=True to get None for it")
-    if materialize_grads:
-        result = tuple(zeros_like(x) if g is None else g for x, g in zip(inputs, result))
-    return result
+    return tuple(found.get(x) for x in inputs)
 
 
 def _seed(out: Node, g) -> Node:

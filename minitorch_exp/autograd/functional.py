@@ -56,6 +56,14 @@ def _vector(v, like: tuple, what: str) -> tuple:
     return vs
 
 
+def _dot(grads: tuple, vs: tuple, anchor: Node) -> Node:
+    """``sum(g . v)`` over the gradients that exist, recorded (``anchor * 0`` keeps a
+    sum of none in the graph)."""
+    with enable_grad():
+        terms = [ops.sum(g * v) for g, v in zip(grads, vs) if g is not None]
+        return sum(terms, start=anchor.sum() * 0)
+
+
 def _call(func, xs: tuple) -> tuple[bool, tuple]:
     with enable_grad():
         return _as_tuple(func(*xs))
@@ -76,10 +84,8 @@ def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     vs = _vector(v, xs, "jvp")
     out_tuple, outs = _call(func, xs)
     dummies = tuple(zeros_like(o).requires_grad_(True) for o in outs)
-    with enable_grad():
-        back = grad(outs, xs, dummies, create_graph=True, allow_unused=True)
-        pairs = [(g, t) for g, t in zip(back, vs) if g is not None]
-        total = sum((ops.sum(g * t) for g, t in pairs), start=dummies[0].sum() * 0)
+    total = _dot(grad(outs, xs, dummies, create_graph=True, allow_unused=True), vs,
+                 dummies[0])
     result = _grads((total,), dummies, None, create_graph)
     return _shaped(_detached(outs, create_graph), out_tuple), _shaped(result, out_tuple)
 
@@ -101,10 +107,7 @@ def _hessian_product(func, inputs, v, create_graph: bool, what: str):
     if len(outs) != 1 or outs[0].numel() != 1:
         raise RuntimeError(f"{what}: the function must return one tensor of one element, "
                            f"got shapes {[o.shape for o in outs]}")
-    with enable_grad():
-        first = grad(outs, xs, None, create_graph=True, allow_unused=True)
-        pairs = [(g, t) for g, t in zip(first, vs) if g is not None]
-        total = sum((ops.sum(g * t) for g, t in pairs), start=outs[0].sum() * 0)
+    total = _dot(grad(outs, xs, None, create_graph=True, allow_unused=True), vs, outs[0])
     result = _grads((total,), xs, None, create_graph)
     return _shaped(_detached(outs, create_graph), out_tuple), _shaped(result, is_tuple)
 

@@ -30,16 +30,16 @@ from .node import MAX_FUSED_OPS, Node, count_ops
 from .trace import trace_for_pass
 
 
-def topological_order(root: Node) -> list[Node]:
-    """Nodes reachable from ``root`` through ``grad_fn`` that need a gradient, each
-    before its inputs (consumers first), found without recursion.
+def topological_order(root: Node, *more: Node) -> list[Node]:
+    """Nodes reachable from ``root`` (and ``more`` roots) through ``grad_fn`` that need a
+    gradient, each before its inputs (consumers first), found without recursion.
 
     ``graphwalk.post_order``'s walk written out for Nodes: it runs on every backward,
     where its callback per node cost a fifth of a small graph's backward (docs/eager.md).
     """
     order: list[Node] = []
     expanded: set[Node] = set()  # Nodes hash by identity
-    stack = [(root, False)]
+    stack = [(r, False) for r in reversed(more)] + [(root, False)]
     while stack:
         node, done = stack.pop()
         if done:

@@ -24,6 +24,7 @@ from ..tensor.engine import realize
 from ..tensor.ops import OPS
 from ..tensor.tensor import _is_basic_index
 from . import ops
+from .backward import topological_order
 from .function import Function, SliceGradient
 from .grad_mode import enable_grad
 from .node import Node, ones_like
@@ -35,7 +36,7 @@ def graph_gradients(roots: list, grads: list) -> dict:
     pending: dict[Node, Node] = {}
     for root, g in zip(roots, grads):
         pending[root] = g if root not in pending else pending[root] + g
-    order = _order(roots)
+    order = topological_order(*roots)
     found: dict[Node, Node] = {}
     with enable_grad():
         for node in order:
@@ -69,24 +70,6 @@ def accumulate_graph_gradients(root: Node, grad=None) -> None:
     for node, g in found.items():
         if node.grad_fn is None and node.requires_grad:
             node.grad = g if node.grad is None else node.grad + g
-
-
-def _order(roots: list) -> list:
-    """The nodes of the roots' joint graph that require grad, each before its inputs."""
-    stack, seen, post = [(r, False) for r in roots], set(), []
-    while stack:
-        node, done = stack.pop()
-        if done:
-            post.append(node)
-        elif node not in seen:
-            seen.add(node)
-            stack.append((node, True))
-            ctx = node.grad_fn
-            if ctx is not None:
-                stack.extend((p, False) for p in ctx.inputs
-                             if isinstance(p, Node) and p.requires_grad and p not in seen)
-    post.reverse()
-    return post
 
 
 def _rule(ctx):
