@@ -50,6 +50,7 @@ def graph_gradients(roots: list, grads: list) -> dict:
             if ctx.freed:
                 raise RuntimeError(f"create_graph through {ctx.name}: its saved values were "
                                    "freed by an earlier backward(); pass retain_graph=True")
+            _ = ctx.saved_tensors  # raises if an input was modified in place since forward
             for inp, need, ig in zip(ctx.inputs, ctx.needs_input_grad, _rule(ctx)(ctx, g)):
                 if need and ig is not None and isinstance(inp, Node):
                     pending[inp] = ig if inp not in pending else pending[inp] + ig

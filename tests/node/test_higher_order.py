@@ -228,3 +228,21 @@ def test_a_two_step_maml_inner_loop_matches_pytorch():
 
     for a, b in zip(run(mt, nn.functional), run(torch, torch.nn.functional)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_an_input_modified_in_place_is_refused_as_in_a_first_backward():
+    x = leaf([0.5, 1.5])
+    y = x * 1.0
+    z = (y.exp()).sum()
+    with mt.no_grad():
+        y += 1.0
+    with pytest.raises(RuntimeError, match="modified in place"):
+        mt.autograd.grad(z, x, create_graph=True)
+
+
+def test_a_freed_graph_is_named():
+    x = leaf([0.5, 1.5])
+    z = (x.exp() * x).sum()
+    z.backward()
+    with pytest.raises(RuntimeError, match="freed"):
+        mt.autograd.grad(z, x, create_graph=True)
