@@ -71,6 +71,29 @@ class _Ctx:
         setattr(self._ctx, name, value)
 
 
+class _GraphCtx(_Ctx):
+    """``_Ctx`` for ``graph_backward``: a saved tensor that is an input's or the output's
+    value comes back as that Node, so gradients through it are recorded."""
+
+    __slots__ = ("_nodes",)
+
+    def __init__(self, ctx, out: Node):
+        super().__init__(ctx)
+        nodes = [x for x in ctx.inputs if isinstance(x, Node)] + [out]
+        object.__setattr__(self, "_nodes", nodes)
+
+    @property
+    def saved_tensors(self) -> tuple:
+        return tuple(self._graph_node(v) for v in self._ctx.saved_tensors)
+
+    def _graph_node(self, value):
+        for node in self._nodes:
+            held = node.__exp__()
+            if value is held or getattr(value, "realized", None) is held:
+                return node
+        return _node_of(value)
+
+
 def _single(out, name: str):
     if isinstance(out, (tuple, list)):
         raise TypeError(f"{name}.forward returned {len(out)} values; a Function here returns "
@@ -126,9 +149,20 @@ class Function(_NodeFunction):
         super().__init_subclass__(**kwargs)
         forward, backward = cls.__dict__.get("forward"), cls.__dict__.get("backward")
         if forward is not None:
+            cls._user_forward = staticmethod(_func(forward))
             cls.forward = staticmethod(_wrap_forward(cls, _func(forward)))
         if backward is not None:
+            cls._user_backward = staticmethod(_func(backward))
             cls.backward = staticmethod(_wrap_backward(_func(backward)))
+
+    @classmethod
+    def graph_backward(cls, ctx, grad: Node, out: Node):
+        """The backward with ``create_graph`` (node/higher_order.py): the user's backward
+        run with grad enabled, its saved tensors the graph's own Nodes -- an input, or
+        the output -- so that its tensor operations record, as PyTorch's do."""
+        with enable_grad():
+            grads = cls._user_backward(_GraphCtx(ctx, out), grad)
+        return tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:

@@ -11,8 +11,9 @@ A registry row's rule is written once (tensor/ops.py) with operators and
 Nodes here. A Function's other rules are written below with the Node-level
 operations, beside the Function they differentiate (``RULES``). Where the output
 of an op is read by its rule (``exp``, ``tanh``...) it is recomputed from the
-inputs as a Node, so its own dependence on them is recorded too. A Function with
-no rule here -- a library call on arrays, a user Function -- raises an error
+inputs as a Node, so its own dependence on them is recorded too. A PyTorch-style
+``autograd.Function`` brings its own (``graph_backward``). A Function with no rule
+-- a library call on arrays, a Node-level ``mt.Function`` -- raises an error
 naming it when a gradient has to pass through it.
 """
 
@@ -51,7 +52,7 @@ def graph_gradients(roots: list, grads: list) -> dict:
                 raise RuntimeError(f"create_graph through {ctx.name}: its saved values were "
                                    "freed by an earlier backward(); pass retain_graph=True")
             _ = ctx.saved_tensors  # raises if an input was modified in place since forward
-            for inp, need, ig in zip(ctx.inputs, ctx.needs_input_grad, _rule(ctx)(ctx, g)):
+            for inp, need, ig in zip(ctx.inputs, ctx.needs_input_grad, _grads(ctx, g, node)):
                 if need and ig is not None and isinstance(inp, Node):
                     pending[inp] = ig if inp not in pending else pending[inp] + ig
     return found
@@ -71,6 +72,17 @@ def accumulate_graph_gradients(root: Node, grad=None) -> None:
     for node, g in found.items():
         if node.grad_fn is None and node.requires_grad:
             node.grad = g if node.grad is None else node.grad + g
+
+
+def _grads(ctx, g: Node, out: Node) -> tuple:
+    """The inputs' gradients of the call ``ctx`` (whose output is ``out``), as Nodes:
+    by its rule here, or by the Function's own ``graph_backward`` (a PyTorch-style
+    ``autograd.Function``, whose backward computes with tensor operations)."""
+    graph_backward = getattr(ctx.fn, "graph_backward", None)
+    if graph_backward is not None:
+        grads = graph_backward(ctx, g, out)
+        return grads if isinstance(grads, tuple) else (grads,)
+    return _rule(ctx)(ctx, g)
 
 
 def _rule(ctx):

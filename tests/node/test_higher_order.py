@@ -246,3 +246,49 @@ def test_a_freed_graph_is_named():
     z.backward()
     with pytest.raises(RuntimeError, match="freed"):
         mt.autograd.grad(z, x, create_graph=True)
+
+
+class Cube(mt.autograd.Function):
+    """Saves its input: double backward records through it, as PyTorch's does."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return 3 * x ** 2 * g
+
+
+class Exp(mt.autograd.Function):
+    """Saves its output: the output's own graph carries the second derivative."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = x.exp()
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        out, = ctx.saved_tensors
+        return g * out
+
+
+@pytest.mark.parametrize("fn", [Cube, Exp], ids=["saves its input", "saves its output"])
+def test_a_pytorch_style_function_of_tensor_ops_differentiates_twice(fn):
+    x = leaf([0.5, -1.0, 2.0])
+    assert mt.autograd.gradgradcheck(lambda t: fn.apply(t * 1.0).sin(), [x])
+    torch = pytest.importorskip("torch")
+
+    def second(lib, cls):
+        t = lib.tensor([0.5, -1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        g, = lib.autograd.grad(cls.apply(t).sum(), t, create_graph=True)
+        return lib.autograd.grad(g.sum(), t)[0].detach().numpy()
+
+    class TorchTwin(torch.autograd.Function):
+        forward, backward = staticmethod(fn._user_forward), staticmethod(fn._user_backward)
+
+    np.testing.assert_allclose(second(mt, fn), second(torch, TorchTwin), rtol=1e-12)
