@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 from ..tensor.engine import realize
+from ..tensor.layout import broadcast_axes
 from ..tensor.ops import OPS
 from ..tensor.tensor import _is_basic_index
 from . import ops
@@ -99,10 +100,7 @@ def sum_to(g: Node, shape: tuple) -> Node:
     """``g`` summed over the axes broadcasting added to ``shape``, as a Node."""
     if g.shape == tuple(shape):
         return g
-    lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
-                                      if n == 1 and g.shape[lead + i] != 1)
-    return ops.reshape(ops.sum(g, axes, keepdims=True), shape)
+    return ops.reshape(ops.sum(g, broadcast_axes(shape, g.shape), keepdims=True), shape)
 
 
 # ---- each Function's rule on Nodes ------------------------------------------------------

@@ -81,7 +81,7 @@ class Elementwise(Function):
                                "register_op to differentiate through it")
         needs = ctx.needs_input_grad
         if op.builtin and type(saved[-1]) is Tensor and capture.this_thread.rec is None:
-            # the forward was computed at once (eager.backward_now, inline: every op asks)
+            # the forward was computed at once and no capture records
             grads = eager.derivative(op, g, saved[-1], saved[:-1], needs)
         else:
             grads = op.gradients(g, saved[-1], tuple(map(as_exp, saved[:-1])), needs)

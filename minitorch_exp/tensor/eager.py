@@ -42,7 +42,7 @@ from .caches import memo_table
 from .cpu_numpy import SAVER_UFUNCS
 from .device import CPU
 from .expr import Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp
-from .layout import Layout, contiguous
+from .layout import Layout, broadcast_axes, contiguous
 from .ops import OPS, REDUCTIONS, SAVER_ROWS, OpDef, ReduceDef, user_result
 from .plan import NotElementwise, make_plan
 from .tensor import Tensor
@@ -457,10 +457,7 @@ def sum_to_array(g: np.ndarray, shape: tuple) -> np.ndarray:
         return _fold(_SUM, g, g.shape, None, False)
     if g.ndim == 2 and shape == g.shape[1:]:  # a bias: every row summed, the other one
         return _fold(_SUM, g, g.shape, (0,), False)
-    lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
-                                      if n == 1 and g.shape[lead + i] != 1)
-    return _fold(_SUM, g, g.shape, axes, True).reshape(shape)
+    return _fold(_SUM, g, g.shape, broadcast_axes(shape, g.shape), True).reshape(shape)
 
 
 def spread(g, shape: tuple, axes: tuple):
@@ -488,12 +485,6 @@ def add(a, b):
     if not computes_now(b):
         return a + b
     return wrap(np.add(as_array(a), as_array(b)))
-
-
-def backward_now(out) -> bool:
-    """Whether the backward of an op whose forward gave ``out`` runs at once: when the
-    forward did (``out`` is a Tensor, not an expression) and no capture records."""
-    return type(out) is Tensor and recording.active() is None
 
 
 def as_array(x) -> np.ndarray:

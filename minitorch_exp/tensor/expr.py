@@ -28,7 +28,14 @@ import numpy as np
 
 from . import dtypes
 from .caches import memo_table, on_invalidate
-from .layout import broadcast_shapes, infer_shape, normalize_axes, normalize_axis, normalize_shape
+from .layout import (
+    broadcast_axes,
+    broadcast_shapes,
+    infer_shape,
+    normalize_axes,
+    normalize_axis,
+    normalize_shape,
+)
 from .ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function, use_expressions
 from .tokens import TREE, TreeToken, leaf_tokens, opaque_token
 
@@ -144,11 +151,7 @@ class Exp:
             return self
         if broadcast_shapes(shape, self.shape) != self.shape:
             raise ValueError(f"sum_to: shape {self.shape} is not a broadcast of {shape}")
-        lead = self.ndim - len(shape)
-        axes = tuple(range(lead)) + tuple(
-            lead + i for i, n in enumerate(shape) if n == 1 and self.shape[lead + i] != 1
-        )
-        return Reduce(_SUM, self, axes, False, out_shape=shape)
+        return Reduce(_SUM, self, broadcast_axes(shape, self.shape), False, out_shape=shape)
 
     # ---- views: pushed to the leaves (see module docstring) -----------------
     def _view(self, fn, what: str) -> Exp:

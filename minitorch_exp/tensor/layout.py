@@ -82,6 +82,14 @@ def check_shape(shape: Shape) -> Shape:
     return shape
 
 
+def broadcast_axes(shape: Shape, target: Shape) -> tuple[int, ...]:
+    """The axes of ``target`` that broadcasting ``shape`` to it added or stretched: what
+    a gradient of ``target``'s shape is summed over to give one of ``shape``."""
+    lead = len(target) - len(shape)
+    return tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                      if n == 1 and target[lead + i] != 1)
+
+
 def broadcast_shapes(*shapes: Shape) -> Shape:
     """NumPy's broadcasting rule: align on the right; each pair of sizes must match or be 1."""
     if len(shapes) == 2 and shapes[0] == shapes[1]:
