@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -24,6 +23,8 @@ import pytest
 from minitorch_exp.node.grad_mode import get_fusion_threshold, set_fusion_threshold
 from minitorch_exp.tensor import counters
 from minitorch_exp.tensor.backends import cpu_backend, set_cpu_backend
+
+from ._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -107,9 +108,7 @@ def test_a_block_using_a_name_from_an_earlier_block_fails(tmp_path, clean_state)
 
 
 def test_api_md_is_current():
-    spec = importlib.util.spec_from_file_location("gen_api", ROOT / "docs" / "gen_api.py")
-    gen_api = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen_api)
+    gen_api = load_script("docs/gen_api.py", "gen_api")
     current = (ROOT / "docs" / "api.md").read_text()
     assert current == gen_api.render(), (
         "docs/api.md is out of date with the public API: run `python docs/gen_api.py`")
@@ -160,11 +159,7 @@ def test_tour_runs(script, tmp_path):
 
 
 def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{Path(name).stem}",
-                                                  ROOT / "examples" / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"examples/{name}", f"example_{Path(name).stem}")
 
 
 def test_eager_vs_fused_chart_labels_every_bar():

@@ -3,7 +3,6 @@ shows defaults; no empty output folder is left behind."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import signal
@@ -20,6 +19,7 @@ import minitorch_exp as mt
 from minitorch_exp import nn
 
 from ._mnist import write_tiny_mnist
+from ._scripts import load_script
 
 pytest.importorskip("tqdm")
 
@@ -31,10 +31,7 @@ ENV = {**os.environ, "MPLBACKEND": "Agg", "TQDM_DISABLE": "1", "PYTHONUNBUFFERED
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("mnist_mlp_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/mnist_mlp.py", "mnist_mlp_example")
 
 
 @pytest.fixture(scope="module")

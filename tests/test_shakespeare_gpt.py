@@ -4,7 +4,6 @@ straight run does."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 
 import minitorch_exp as mt
 
+from ._scripts import load_script
 from .test_mnist_interrupt import ENV, assert_interrupted, resume_words
 from .test_mnist_interrupt import run_until as _run_until
 
@@ -28,10 +28,7 @@ posix_only = pytest.mark.skipif(os.name != "posix", reason="sends SIGINT to a ch
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("shakespeare_gpt_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/shakespeare_gpt.py", "shakespeare_gpt_example")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ its checkpoint and resumes."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from minitorch_exp import nn
 from minitorch_exp.nn import functional as F
 
 from .._mnist import write_tiny_mnist
+from .._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mnist_cnn.py"
@@ -26,10 +26,7 @@ EXAMPLE = ROOT / "examples" / "mnist_cnn.py"
 @pytest.fixture(scope="module")
 def example():
     pytest.importorskip("tqdm")
-    spec = importlib.util.spec_from_file_location("mnist_cnn_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/mnist_cnn.py", "mnist_cnn_example")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ headers refused with SafetensorsError naming the file, the entry and the bytes."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import struct
@@ -19,6 +18,8 @@ from hypothesis import strategies as st
 import minitorch_exp as mt
 from minitorch_exp import nn
 from minitorch_exp.nn.safetensors import MAX_HEADER_BYTES, SafetensorsError, load_file, save_file
+
+from .._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,11 +151,7 @@ def test_bf16_from_torch_is_refused_naming_the_dtype(tmp_path) -> None:
 @pytest.fixture(scope="module")
 def lenet_example():
     pytest.importorskip("tqdm")
-    spec = importlib.util.spec_from_file_location("mnist_cnn_st", ROOT / "examples" /
-                                                  "mnist_cnn.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/mnist_cnn.py", "mnist_cnn_st")
 
 
 def torch_lenet(torch):

@@ -3,7 +3,6 @@ bitwise-exact resume of training, and one run of the MNIST example."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -16,15 +15,14 @@ import minitorch_exp as mt
 from minitorch_exp import nn
 from minitorch_exp.nn import checkpoint
 
+from .._scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mnist_mlp.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("mnist_mlp_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/mnist_mlp.py", "mnist_mlp_example")
 
 
 @pytest.fixture(scope="module")

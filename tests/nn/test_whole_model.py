@@ -5,7 +5,6 @@ anything (sentinels record every import and call)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import sys
 import types
 from pathlib import Path
@@ -21,6 +20,8 @@ from minitorch_exp.nn import checkpoint
 from minitorch_exp.nn import functional as F
 from minitorch_exp.nn.checkpoint import CheckpointError
 from minitorch_exp.nn.model_file import UnsafeGlobalError, encode
+
+from .._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,10 +110,7 @@ def test_add_safe_globals_and_weights_only(tmp_path) -> None:
 
 def test_the_example_lenet_round_trips(tmp_path) -> None:
     pytest.importorskip("tqdm")
-    spec = importlib.util.spec_from_file_location("mnist_cnn_whole", ROOT / "examples" /
-                                                  "mnist_cnn.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_script("examples/mnist_cnn.py", "mnist_cnn_whole")
     sys.modules["mnist_cnn_whole"] = example
     try:
         model = example.LeNet(width=(4, 8), hidden=16)
