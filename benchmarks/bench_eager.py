@@ -540,14 +540,14 @@ def anatomy_pieces() -> dict:
                                                                     (a, b), {}),
         ("lazy", "realizing it: plan and launch lookup, kernel"):
             lambda: realize(Map(mul, (ta, tb))),
-        ("at once", "the op, computed (pair_now)"): lambda: a * b,
+        ("at once", "the op, computed (Elementwise.apply)"): lambda: a * b,
         ("at once", "threshold, device, capture checks"): lambda: eager.now(ta.shape),
         ("at once", "NumPy ufunc"): lambda: np.multiply(arr_a, arr_b),
         ("at once", "Tensor and Storage for the result"): lambda: eager.wrap(arr_a),
         ("at once", "Node"): lambda: Node(ta),
         ("at once", "Context, saved values and their versions"):
-            lambda: Context.computed(Elementwise, (a, b), (True, True), {"op": "mul"},
-                                     (ta, tb, ta)),
+            lambda: Context(Elementwise, (True, True), {"op": "mul"}, True,
+                            {}).save_for_backward(ta, tb, ta),
         ("at once", "grad mode and anomaly mode checks"):
             lambda: (mt.is_grad_enabled(), anomaly.is_anomaly_enabled()),
         ("at once", "rule on arrays (backward of mul)"):

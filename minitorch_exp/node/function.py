@@ -19,47 +19,30 @@ import numpy as np
 from ..tensor.expr import RVALUE, Exp
 from ..tensor.tensor import Tensor
 from . import anomaly
-from .grad_mode import fusion_enabled, is_grad_enabled
+from .grad_mode import _modes
 
 
 class Context:
     """What one call of a Function remembers for its backward."""
 
     # __dict__: a user Function may keep any attribute on ctx (``ctx.alpha = alpha``)
-    __slots__ = ("fn", "inputs", "needs_input_grad", "_saved", "_versions", "freed", "attrs",
-                 "where", "keeps_graph", "known_reads", "__dict__")
+    __slots__ = ("fn", "inputs", "needs_input_grad", "_saved", "_versions", "attrs",
+                 "keeps_graph", "known_reads", "__dict__")
+    freed = False  # True once backward freed what it saved (``free``)
+    where = None  # under mt.detect_anomaly(): the user's line that made the op
 
-    def __init__(self, fn, needs_input_grad, known_reads: dict | None = None):
+    def __init__(self, fn, needs_input_grad: tuple, attrs: dict, keeps_graph: bool,
+                 known_reads: dict | None = None):
         self.fn = fn
         self.needs_input_grad = needs_input_grad
+        self.attrs = attrs
+        self.keeps_graph = keeps_graph  # False when no graph is kept: nothing needs saving
         self.inputs: tuple = ()
         self._saved: tuple = ()
         self._versions: tuple = ()
-        self.freed = False
-        self.attrs: dict = {}
-        self.where = None
-        self.keeps_graph = True  # False when no graph is kept: nothing needs saving
         #: During forward: what the lazy inputs' trees read, by ``id`` of the tree (apply);
         #: None until a lazy value is saved.
         self.known_reads = known_reads
-
-    @classmethod
-    def computed(cls, fn, inputs: tuple, needs: tuple, attrs: dict, saved: tuple) -> Context:
-        """The context of an op computed at once (tensor/eager.py), made directly: ``saved``
-        are Tensors and Python numbers, so their versions are all there is to keep. The
-        everyday eager op makes one of these; __init__ and ``save_for_backward`` cost
-        about twice as much."""
-        ctx = cls.__new__(cls)
-        ctx.fn, ctx.inputs, ctx.needs_input_grad, ctx.attrs = fn, inputs, needs, attrs
-        ctx._saved = saved
-        versions = []
-        for v in saved:  # a loop: cheaper than a comprehension's frame on Python 3.11
-            if type(v) is Tensor:
-                storage = v.storage
-                versions.append((storage, storage.version))
-        ctx._versions = tuple(versions)
-        ctx.freed, ctx.where, ctx.keeps_graph, ctx.known_reads = False, None, True, None
-        return ctx
 
     @property
     def name(self) -> str:
@@ -223,32 +206,37 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **attrs):
-        Node = _node.Node
+        """Run ``forward`` on the inputs' values and record the op: the one place where
+        every op, at any size, enters the graph. Whether its value is computed now or
+        kept lazy is the forward's engine call's decision (tensor/eager.py's policy)."""
         needs, values, known, loose = [], [], {}, False
         for a in args:
-            if isinstance(a, Node):
+            if isinstance(a, _Node):
                 needs.append(a.requires_grad)
-                values.append(a._value)
+                v = a._value
+                values.append(v)
                 if a._reads is not None:  # lazy: what its tree reads is known already
-                    known[id(a._value)] = a._reads
+                    known[id(v)] = a._reads
             else:
                 needs.append(False)
                 values.append(a)
                 loose = loose or not isinstance(a, Exp)
-        record = True in needs and is_grad_enabled()
-        ctx = Context(cls, tuple(needs), known)
-        ctx.attrs = _named_positionals(cls, args, attrs) if loose else attrs
-        ctx.keeps_graph = record
+        record = True in needs and _modes.grad
+        ctx = Context(cls, tuple(needs), _named_positionals(cls, args, attrs) if loose else attrs,
+                      record, known)
         out = cls.forward(ctx, *values, **attrs)
-        if isinstance(out, Node):
-            out = out._value
-        node = _node.lazy_value(out, cls.lazy and fusion_enabled(), args, known)
+        if type(out) is Tensor:  # computed: the everyday small op
+            node = _Node(out)
+        else:
+            if isinstance(out, _Node):
+                out = out._value
+            node = _node.lazy_value(out, cls.lazy and _modes.fusion, args, known)
         ctx.known_reads = None  # holds storages: not past this call (ctx lives with the graph)
-        if record and node.dtype.kind == "f":  # comparisons, argmax: values, no gradient
+        if record and out.dtype.kind == "f":  # comparisons, argmax: values, no gradient
             ctx.inputs = args
             node.requires_grad = True
             node.grad_fn = ctx
-        if anomaly.is_anomaly_enabled():  # mt.detect_anomaly(): record where; check NaN/Inf
+        if anomaly.this_thread.depth:  # mt.detect_anomaly(): record where; check NaN/Inf
             anomaly.check_forward(ctx, args, node)
         return node
 
@@ -309,3 +297,4 @@ def _positional_names(forward) -> tuple[str, ...]:
 
 # Bound last: node.py imports this module (``from . import`` resolves the cycle).
 from . import node as _node  # noqa: E402
+from .node import Node as _Node  # noqa: E402

@@ -630,18 +630,13 @@ def _install_operator(op, ops) -> None:
 
 
 def _operator(ops, name: str, python_name: str, reflected: bool = False):
-    """``x <op> other`` (``reflected``: ``other <op> x``) for a Node ``x``: the everyday
-    small case straight to ``ops.pair_now``, the rest through ``ops.elementwise_general``."""
-    elementwise, pair_now = ops.elementwise_general, ops.pair_now
+    """``x <op> other`` (``reflected``: ``other <op> x``) for a Node ``x``."""
+    apply = ops.Elementwise.apply
 
     def method(self, other):
-        node = pair_now(name, other, self) if reflected else pair_now(name, self, other)
-        if node is not None:
-            return node
         if not isinstance(other, (Node, Exp, int, float, bool, np.ndarray, np.generic)):
             return NotImplemented
-        return elementwise(name, (other, self) if reflected else (self, other))
+        return apply(other, self, op=name) if reflected else apply(self, other, op=name)
     method.__name__ = f"__{'r' if reflected else ''}{python_name}__"
     method.__qualname__ = f"Node.{method.__name__}"
     return method
-

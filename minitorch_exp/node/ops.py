@@ -21,12 +21,11 @@ import types
 import numpy as np
 
 from ..tensor import capture, creation, dtypes, eager
-from ..tensor.device import CPU
 from ..tensor.engine import (
     evaluate_copy,
     realize,  # at once with NumPy below the fusion threshold, else fused
 )
-from ..tensor.expr import Dot, Exp, Reduce, apply_op, as_exp
+from ..tensor.expr import Dot, Exp, Reduce, apply_op
 from ..tensor.layout import (
     broadcast_shapes,
     infer_shape,
@@ -38,9 +37,9 @@ from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
 from . import anomaly, promotion
 from .function import Context, Function, SliceGradient, not_a_tensor
-from .grad_mode import _modes, is_grad_enabled
+from .grad_mode import _modes
 from .keywords import pytorch_arguments
-from .node import Node, index_key, install_methods
+from .node import Node, index_key, install_methods, lazy_value
 
 
 def _value(x):
@@ -56,21 +55,67 @@ class _Op(Function):
 # ---- elementwise -------------------------------------------------------------------
 
 class Elementwise(Function):
-    """Any registered elementwise op; its backward is the op's derivative expression.
+    """Any registered elementwise op: ``apply`` computes and records it, ``backward`` is
+    the op's derivative expression.
 
-    Below the fusion threshold both run at once on NumPy arrays (tensor/eager.py):
-    forward the row's NumPy form, backward its derivative.
+    ``apply`` is ``Function.apply`` written out in one pass for the op every model runs
+    most: a forward, a Context and a node made in separate calls cost more than NumPy's
+    work on a small tensor. Operands broadcast inside the op, as NumPy's do; the engine
+    computes it now or keeps it lazy (``eager.apply``'s policy), and backward sums each
+    gradient back to its operand's shape.
     """
 
     lazy = True
 
-    @staticmethod
-    def forward(ctx, *values, op: str):
-        out = eager.apply(OPS[op], values)
+    @classmethod
+    def apply(cls, *args, op: str) -> Node:
+        values, needs, known, dtype = [], [], {}, None
+        for a in args:  # unwrap, checking that PyTorch's promotion changes nothing
+            t = type(a)
+            if t is float or t is int:
+                values.append(a)
+                needs.append(False)
+                continue
+            if isinstance(a, Node):
+                v = a._value
+                if a._reads is not None:  # lazy: what its tree reads is known already
+                    known[id(v)] = a._reads
+                needs.append(a.requires_grad)
+            elif isinstance(a, Exp):
+                v = a
+                needs.append(False)
+            else:
+                dtype = False  # a bool, a NumPy array or scalar: promotion decides
+                break
+            d = v.dtype
+            if d is not dtype:
+                if dtype is not None or d.kind != "f":
+                    dtype = False  # mixed or not float: promotion decides
+                    break
+                dtype = d
+            values.append(v)
+        if dtype is False:
+            args, values, needs, known = _promoted(op, args)
+        out = eager.apply(OPS[op], values)  # None: kept lazy, to fuse
         if out is None:
             out = apply_op(op, *values)
-        ctx.save_for_backward(*values, out)
-        return out
+        ctx = None
+        if True in needs and _modes.grad and out.dtype.kind == "f":
+            ctx = Context(cls, tuple(needs), {"op": op}, True, known)
+            ctx.save_for_backward(*values, out)  # before a lazy ``out`` may be computed
+            ctx.known_reads = None  # holds storages: not past this call
+            ctx.inputs = args
+        if type(out) is Tensor:
+            node = Node(out)
+        else:
+            node = lazy_value(out, _modes.fusion, args, known)
+        if ctx is not None:
+            node.requires_grad = True
+            node.grad_fn = ctx
+        if anomaly.this_thread.depth:  # mt.detect_anomaly(): record where; check NaN/Inf
+            anomaly.check_forward(ctx or Context(cls, tuple(needs), {"op": op}, False), args,
+                                  node)
+        return node
 
     @staticmethod
     def backward(ctx, g):
@@ -79,181 +124,42 @@ class Elementwise(Function):
         if op.derivative is None:
             raise RuntimeError(f"op {op.name!r} has no derivative; pass derivative= to "
                                "register_op to differentiate through it")
-        needs = ctx.needs_input_grad
-        if op.builtin and type(saved[-1]) is Tensor and capture.this_thread.rec is None:
-            # the forward was computed at once and no capture records
-            grads = eager.derivative(op, g, saved[-1], saved[:-1], needs)
-        else:
-            grads = op.gradients(g, saved[-1], tuple(map(as_exp, saved[:-1])), needs)
-        if "broadcast" in ctx.attrs:  # apply_now broadcast an operand: sum back to its shape
-            return tuple([_to_input_shape(r, a) for r, a in zip(grads, saved)])
+        grads = eager.gradients(op, g, saved[-1], saved[:-1], ctx.needs_input_grad)
+        shape = saved[-1].shape
+        for a in saved[:-1]:
+            if isinstance(a, Exp) and a.shape != shape:  # broadcast: sum back to its shape
+                return tuple([r if r is None or not isinstance(a, Exp) else
+                              eager.sum_to(r, a.shape) for r, a in zip(grads, saved)])
         return grads
 
-    @classmethod
-    def apply_now(cls, op: str, args: tuple) -> Node | None:
-        """``apply`` for the everyday small case, computed at once (tensor/eager.py): Nodes
-        holding tensors of one float dtype (promotion leaves them alone) that broadcast
-        into one of them, and Python numbers, below the fusion threshold. It keeps what
-        PyTorch-style eager keeps: the value and, when recording, the inputs and what
-        backward reads, with its versions (docs/eager.md); broadcasting is NumPy's, and
-        backward sums each gradient back to its input's shape, with no expand between.
-        None: the general path answers."""
-        if anomaly.is_anomaly_enabled():  # anomaly mode checks every op: the general path
-            return None
-        values, needs, tensors = [], [], []
-        for a in args:
-            if isinstance(a, Node):
-                v = a._value
-                if type(v) is not Tensor:
-                    return None
-                tensors.append(v)
-                needs.append(a.requires_grad)
-            elif type(a) in eager.NUMBERS:
-                v = a
-                needs.append(False)
-            else:
-                return None
-            values.append(v)
-        widest, broadcast = eager.widest(tensors)
-        out = None if widest is None else eager.compute(OPS[op], values, widest)
-        if out is None:
-            return None
-        node = Node(out)
-        if True in needs and is_grad_enabled() and out.dtype.kind == "f":
-            attrs = {"op": op, "broadcast": True} if broadcast else {"op": op}
-            node.grad_fn = Context.computed(cls, args, tuple(needs), attrs, (*values, out))
-            node.requires_grad = True
-        return node
 
-
-def pair_now(op: str, x, y) -> Node | None:
-    """``Elementwise.apply_now`` for the everyday binary op -- ``x * w`` on two Nodes of
-    one float dtype (one may broadcast into the other: a 0-d parameter times a
-    vector), ``x + 1.0`` on a Node and a Python number -- with its decisions taken in
-    one pass: the general path's loops and checks cost as much as the op's NumPy call
-    and result together. None where it does not apply (the general path decides).
-
-    pow's check (``row.check``) refuses integer bases only, which never come here: a
-    Tensor operand is a float one, and a number base comes with a Tensor exponent."""
-    tx = x._value if isinstance(x, Node) else None
-    ty = y._value if isinstance(y, Node) else None
-    broadcast = False
-    if type(tx) is Tensor:
-        like = tx
-        if type(ty) is Tensor:
-            if ty.dtype is not tx.dtype:
-                return None
-            if ty.shape != tx.shape:
-                like, broadcast = eager.wider(tx, ty), True
-                if like is None:
-                    return None
-        elif type(y) is not float and type(y) is not int:
-            return None
-    elif type(ty) is Tensor and (type(x) is float or type(x) is int):
-        like = ty
-    else:
-        return None
-    row = OPS[op]
-    if not _now(like, row.builtin):
-        return None
-    out = eager.binary(row, x if tx is None else tx, y if ty is None else ty, like)
-    if out is None:
-        return None
-    node = Node(out)
-    needs = (tx is not None and x.requires_grad, ty is not None and y.requires_grad)
-    if (needs[0] or needs[1]) and _modes.grad:
-        saved = (x if tx is None else tx, y if ty is None else ty, out)
-        attrs = {"op": op, "broadcast": True} if broadcast else {"op": op}
-        node.grad_fn = Context.computed(Elementwise, (x, y), needs, attrs, saved)
-        node.requires_grad = True
-    return node
-
-
-def single_now(op: str, x) -> Node | None:
-    """``pair_now`` for a unary op on a Node of a float dtype (``x.relu()``, ``-x``)."""
-    tx = x._value if isinstance(x, Node) else None
-    if type(tx) is not Tensor:
-        return None
-    row = OPS[op]
-    if row.check is not None or not _now(tx, row.builtin):
-        return None
-    out = eager.unary(row, tx)
-    if out is None:
-        return None
-    node = Node(out)
-    if x.requires_grad and _modes.grad:
-        node.grad_fn = Context.computed(Elementwise, (x,), (True,), {"op": op}, (tx, out))
-        node.requires_grad = True
-    return node
-
-
-def _now(like: Tensor, builtin: bool = True) -> bool:
-    """Whether ``pair_now``, ``single_now`` and ``reduce_now`` compute an op at once on
-    operands like ``like``: a built-in row, a float dtype, below the threshold
-    (``eager.now``), and no anomaly mode (which checks each op on the general path)."""
-    return (builtin and like.dtype.kind == "f" and like.device is CPU
-            and math.prod(like.shape) < eager.policy.threshold and capture.this_thread.rec is None
-            and not anomaly.this_thread.depth)  # eager.now and more, with no call: every op asks
-
-
-def _to_input_shape(grad, value):
-    """A rule's gradient for the operand ``value``, summed over the axes the op computed
-    at once broadcast it along."""
-    if grad is None or type(value) is not Tensor:
-        return grad
-    return eager.sum_to(grad, value.shape)
+def _promoted(op: str, args: tuple) -> tuple:
+    """``args`` converted to the dtype PyTorch's promotion gives (node/promotion.py;
+    NumPy arrays become constants), unwrapped as ``Elementwise.apply`` does."""
+    args = promotion.cast_operands(OPS[op], _constants(args), astype)
+    values, needs, known = [], [], {}
+    for a in args:
+        if isinstance(a, Node):
+            values.append(a._value)
+            needs.append(a.requires_grad)
+            if a._reads is not None:
+                known[id(a._value)] = a._reads
+        else:
+            values.append(a)
+            needs.append(False)
+    return args, values, needs, known
 
 
 def elementwise(op: str, *args) -> Node:
-    """Apply op ``op``; broadcast operands are expanded explicitly in the graph first, and
-    operands converted to the dtype PyTorch's promotion gives (node/promotion.py)."""
-    n = len(args)
-    node = pair_now(op, *args) if n == 2 else single_now(op, *args) if n == 1 else None
-    return elementwise_general(op, args) if node is None else node
-
-
-def elementwise_general(op: str, args: tuple) -> Node:
-    """``elementwise`` where ``pair_now`` and ``single_now`` declined (Node's operators
-    ask ``pair_now`` themselves, then come here)."""
-    node = Elementwise.apply_now(op, args)  # other small cases, computed at once
-    if node is not None:
-        return node
-    if promotion.needs_cast(args):
-        args = promotion.cast_operands(OPS[op], _constants(args), astype)
-    if _same_shape_nodes_and_numbers(args):
-        return Elementwise.apply(*args, op=op)
-    args = _constants(args)
-    shapes = [a.shape for a in args if isinstance(a, (Node, Exp))]
-    try:
-        shape = broadcast_shapes(*shapes)
-    except ValueError:
-        apply_op(op, *(_value(a) for a in args))  # raises the descriptive build-time error
-        raise
-    args = tuple(expand(a, shape) if isinstance(a, Node) and a.shape != shape else a
-                 for a in args)
-    node = Elementwise.apply_now(op, args)
-    return Elementwise.apply(*args, op=op) if node is None else node
+    """Apply op ``op``, converting operands first to the dtype PyTorch's promotion gives
+    and broadcasting them as NumPy's are."""
+    return Elementwise.apply(*args, op=op)
 
 
 def _constants(args) -> tuple:
     """NumPy operands as constant Nodes, copied: a lazy result must not see later writes
     into the array."""
     return tuple(Node(from_array(a.copy())) if isinstance(a, np.ndarray) else a for a in args)
-
-
-def _same_shape_nodes_and_numbers(args) -> bool:
-    """The everyday case, which needs no copy and no expand: Nodes of one shape, and
-    Python numbers."""
-    shape = None
-    for a in args:
-        if isinstance(a, Node):
-            if shape is None:
-                shape = a._value.shape
-            elif a._value.shape != shape:
-                return False
-        elif type(a) is not float and type(a) is not int:
-            return False
-    return shape is not None
 
 
 # ---- views -------------------------------------------------------------------------
@@ -425,25 +331,6 @@ class Reduction(_Op):
         return (r.derivative(_grad_to_input(g, ctx, not r.saves), x, out, axes, count),)
 
 
-def reduce_now(cls: type, x, axis, keepdims: bool) -> Node | None:
-    """``cls.apply`` (a ``Reduction``) for a small float Node, computed at once: what
-    ``pair_now`` is to elementwise ops. None: the general path decides."""
-    tx = x._value if isinstance(x, Node) else None
-    if type(tx) is not Tensor or not _now(tx):
-        return None
-    axes = _axes(x, axis)
-    out = eager.reduce_tensor(cls.reduction, tx, axes, keepdims)
-    if out is None:
-        return None
-    node = Node(out)
-    if x.requires_grad and is_grad_enabled():
-        attrs = {"axes": axes, "keepdims": keepdims, "in_shape": tx.shape}
-        saved = (tx, out) if cls.reduction.saves else ()
-        node.grad_fn = Context.computed(cls, (x,), (True,), attrs, saved)
-        node.requires_grad = True
-    return node
-
-
 def _axes(x: Node, axis):
     if axis is None:
         return _EVERY_AXIS[len(x.shape)]
@@ -494,22 +381,14 @@ class SoftmaxCrossEntropy(Function):
 
     @staticmethod
     def forward(ctx, z, q):
-        if type(z) is Tensor and eager.computes_now(z):
-            loss, m, s = eager.softmax_cross_entropy(z, q)
-            ctx.save_for_backward(z, q, m, s)
-            return loss
-        m = realize(z.max(1, keepdims=True))  # z may stay lazy: each reduction fuses it
-        c = z - m
-        s = realize(apply_op("exp", c).sum(1, keepdims=True))
+        loss, m, s = eager.softmax_cross_entropy(z, q)
         ctx.save_for_backward(z, q, m, s)
-        return apply_op("log", s.reshape(s.shape[0])) - (c * q).sum(1)
+        return loss
 
     @staticmethod
     def backward(ctx, g):
         z, q, m, s = ctx.saved_tensors
-        if type(z) is Tensor and eager.computes_now(z):  # as forward decided
-            return eager.softmax_cross_entropy_grad(g, z, q, m, s), None
-        return (apply_op("exp", z - m) / s - q) * g.reshape(g.shape[0], 1), None
+        return eager.softmax_cross_entropy_grad(g, z, q, m, s), None
 
 
 def softmax_cross_entropy(logits: Node, q) -> Node:
@@ -557,28 +436,12 @@ class Linear(Function):
     def forward(ctx, x, weight, bias=None):
         x, weight = realize(x), realize(weight)
         ctx.save_for_backward(x, weight)
-        if eager.now(x.shape[:-1] + weight.shape[:1], x.device) and type(bias) in _PLAIN:
-            return eager.linear(x, weight, bias)
-        out = realize(Dot(x, weight.transpose(0, 1)))
-        return out if bias is None else out + bias
+        return eager.linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, g):
         x, weight = ctx.saved_tensors
-        needs = ctx.needs_input_grad
-        if eager.computes_now(g):
-            return eager.linear_grads(g, x, weight, needs)
-        if needs.count(True) > 1:
-            g = realize(g)  # read by each gradient below: compute it once
-        rows = g.reshape(-1, weight.shape[0])  # every leading index is one row
-        gx = Dot(g, weight) if needs[0] else None
-        gw = Dot(rows.transpose(0, 1), x.reshape(-1, x.shape[-1])) if needs[1] else None
-        if len(needs) == 2:  # no bias
-            return gx, gw
-        return gx, gw, rows.sum(0) if needs[2] else None
-
-
-_PLAIN = (Tensor, type(None))
+        return eager.linear_grads(g, x, weight, ctx.needs_input_grad)
 
 
 def linear(x: Node, weight: Node, bias: Node | None = None) -> Node:
@@ -586,36 +449,7 @@ def linear(x: Node, weight: Node, bias: Node | None = None) -> Node:
     if x.shape[-1:] != weight.shape[1:] or weight.ndim != 2:
         raise ValueError(f"linear: input of shape {x.shape} and weight of shape "
                          f"{weight.shape} do not match (expected weight (out, {x.shape[-1]}))")
-    node = linear_now(x, weight, bias)
-    if node is not None:
-        return node
     return Linear.apply(x, weight) if bias is None else Linear.apply(x, weight, bias)
-
-
-def linear_now(x: Node, weight: Node, bias: Node | None) -> Node | None:
-    """``Linear.apply`` for the everyday layer computed at once -- Nodes holding Tensors
-    of one float dtype, a result below the threshold, no anomaly mode -- as ``pair_now``
-    does for an elementwise op: the node and its context made directly (``Linear``'s
-    own forward and backward otherwise; on (64, 100) x (100, 100) the general path's
-    bookkeeping took 5.4 us beyond the product, this 2). None where it does not apply."""
-    if not (isinstance(x, Node) and isinstance(weight, Node)
-            and (bias is None or isinstance(bias, Node))):
-        return None  # an array or a number: Function.apply names it
-    tx, tw = x._value, weight._value
-    tb = tw if bias is None else bias._value  # no bias: the weight stands in for the checks
-    if type(tx) is not Tensor or type(tw) is not Tensor or type(tb) is not Tensor:
-        return None
-    if tx.dtype.kind != "f" or not (tx.dtype is tw.dtype is tb.dtype) or anomaly.this_thread.depth:
-        return None
-    if not (tx.device is tw.device is tb.device is CPU and eager.now(tx.shape[:-1] + tw.shape[:1])):
-        return None
-    node = Node(eager.linear(tx, tw, None if bias is None else tb))
-    inputs = (x, weight) if bias is None else (x, weight, bias)
-    needs = tuple([n.requires_grad for n in inputs])
-    if True in needs and _modes.grad:
-        node.grad_fn = Context.computed(Linear, inputs, needs, {}, (tx, tw))
-        node.requires_grad = True
-    return node
 
 
 def _matmul_out_shape(sa, sb):
@@ -799,8 +633,7 @@ def _reduce_function(r: ReduceDef):
         doc = f"``{r.name}`` over ``axis`` (None: all; not differentiable)."
     else:
         def fn(x: Node, axis=None, keepdims: bool = False) -> Node:
-            node = reduce_now(cls, x, axis, keepdims)
-            return cls.apply(x, axes=_axes(x, axis), keepdims=keepdims) if node is None else node
+            return cls.apply(x, axes=_axes(x, axis), keepdims=keepdims)
         doc = f"``{r.name}`` over ``axis`` (None: all), differentiable."
     return named_function(fn, r.function, ("x",), doc)
 

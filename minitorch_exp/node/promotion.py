@@ -86,17 +86,19 @@ def cast_operands(op, args: tuple, astype) -> tuple:
 def needs_cast(args: tuple) -> bool:
     """False in the everyday case, which promotion cannot change: every tensor operand
     of one float dtype, the rest Python numbers (a Python number never raises the
-    float category)."""
+    float category). True for a NumPy array, which must become a constant first."""
     dtype = None
     for a in args:
-        d = getattr(a, "dtype", None)
+        t = type(a)
+        if t is float or t is int or t is bool:
+            continue
+        d = None if t is np.ndarray else getattr(getattr(a, "_value", a), "dtype", None)
         if d is None:
-            if type(a) is not float and type(a) is not int and type(a) is not bool:
-                return True
-        elif dtype is None:
+            return True
+        if dtype is None:
             if d.kind != "f":
                 return True
             dtype = d
-        elif d != dtype:
+        elif d is not dtype and d != dtype:
             return True
     return False

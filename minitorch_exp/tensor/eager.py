@@ -41,8 +41,8 @@ from .backends import device_backend
 from .caches import memo_table
 from .cpu_numpy import SAVER_UFUNCS
 from .device import CPU
-from .expr import Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp
-from .layout import Layout, broadcast_axes, contiguous
+from .expr import Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, apply_op, as_exp
+from .layout import Layout, broadcast_axes, broadcast_shapes, contiguous
 from .ops import OPS, REDUCTIONS, SAVER_ROWS, OpDef, ReduceDef, user_result
 from .plan import NotElementwise, make_plan
 from .tensor import Tensor
@@ -81,6 +81,7 @@ _WEAK = {float: 1.0, int: 1, bool: True}  # what a Python number is to dtype pro
 #: (op name, each operand's dtype or Python type) -> the registry's result dtype
 _DTYPES = memo_table("eager.dtypes", 4096)
 _LAYOUTS = memo_table("eager.layouts", 4096)  # shape -> its contiguous Layout
+_BROADCASTS = memo_table("eager.broadcasts", 4096)  # operands' shapes -> the result's
 _SUM = REDUCTIONS["sum"]
 _FOLDS = memo_table("eager.folds", 256)  # (reduction, dtype) -> _how_to_fold's answer
 #: Reductions of many short rows go across a transposed copy (``short_rows``); measured
@@ -136,115 +137,70 @@ def by_compiled_loop(n: int, op: str) -> bool:
 # ---- forward: an elementwise op of the registry ---------------------------------------
 
 def apply(row: OpDef, values) -> Tensor | None:
-    """``row`` computed now on ``values`` (Tensors and Python numbers); None when laziness
-    pays, an operand is an expression, or NumPy refuses (the lazy path then answers)."""
-    plain, first = [], None
+    """``row`` over ``values`` (Tensors, expressions and Python numbers, broadcasting as
+    NumPy's) computed now when the policy says so: CPU Tensors and Python numbers, a
+    result below the threshold, no capture recording. None when laziness
+    pays, an operand is an expression, or NumPy refuses (the lazy path then answers,
+    with its descriptive errors). Written as one pass over the operands: every op of
+    a small model comes here, and its bookkeeping costs as much as NumPy's call."""
+    arrays, like, broadcast = [], None, False
     for v in values:
-        if type(v) is Tensor:
-            if first is None:
-                first = v
-        elif type(v) not in NUMBERS:
-            if not (isinstance(v, np.generic) and v.dtype.kind in "biuf"):
+        t = type(v)
+        if t is Tensor:
+            if v.device is not CPU:
                 return None
-            v = v.item()  # a NumPy scalar is a Python number (as_exp)
-        plain.append(v)
-    return None if first is None else compute(row, plain, first)
-
-
-def widest(tensors) -> tuple[Tensor | None, bool]:
-    """The operand of an elementwise op that the others broadcast into, when all have one
-    float dtype (PyTorch's promotion changes nothing then), else None; and whether any
-    operand is broadcast."""
-    if not tensors or tensors[0].dtype.kind != "f":
-        return None, False
-    big, broadcast = tensors[0], False
-    for t in tensors[1:]:
-        if t.dtype is not big.dtype:
-            return None, False
-        if t.shape != big.shape:
-            broadcast = True
-            if math.prod(t.shape) > math.prod(big.shape):
-                big = t
-    if broadcast and not all(t.shape == big.shape or _fits(t.shape, big.shape)
-                             for t in tensors):
-        return None, False
-    return big, broadcast
-
-
-def wider(a: Tensor, b: Tensor) -> Tensor | None:
-    """``widest`` for two tensors of one dtype and different shapes: the one the other
-    broadcasts into (a 0-d one into any), or None."""
-    if not b.shape:
-        return a
-    if not a.shape:
-        return b
-    big, small = (a, b) if math.prod(a.shape) >= math.prod(b.shape) else (b, a)
-    return big if _fits(small.shape, big.shape) else None
-
-
-def _fits(shape: tuple, target: tuple) -> bool:
-    """Whether ``shape`` broadcasts to ``target`` (NumPy's rule, trailing axes aligned)."""
-    return len(shape) <= len(target) and all(
-        n == 1 or n == m for n, m in zip(reversed(shape), reversed(target)))
-
-
-def compute(row: OpDef, values, first: Tensor) -> Tensor | None:
-    """``apply`` for ``values`` known to be Tensors and Python numbers, ``first`` the
-    Tensor whose shape the result has."""
-    if not now(first.shape, first.device):
+            if like is None:
+                like = v
+            elif v.shape != like.shape:
+                broadcast = True
+            arrays.append(v.array)
+        elif t is float or t is int or t is bool:
+            arrays.append(v)
+        elif isinstance(v, np.generic) and v.dtype.kind in "biuf":
+            arrays.append(v.item())  # a NumPy scalar is a Python number (as_exp)
+        else:
+            return None
+    if like is None or recording.this_thread.rec is not None:
         return None
-    arrays = [v.array if type(v) is Tensor else v for v in values]
-    if row.check is not None:
-        row.check(*(v if type(v) is Tensor else Scalar(v) for v in values))
+    shape = _broadcast(values) if broadcast else like.shape
+    if shape is None or math.prod(shape) >= policy.threshold:
+        return None
+    if row.check is not None and like.dtype.kind != "f":  # checks refuse integer cases only
+        row.check(*[v if type(v) is Tensor else Scalar(a) for v, a in zip(values, arrays)])
+    if not shape and row.name in _SCALAR_ROWS:
+        out = _scalar(_SCALAR_ROWS[row.name], arrays, like.dtype)
+        if out is not None:
+            return out
     try:
-        result = _row_values(row, arrays)
+        result = _row_values(row, arrays) if row.numpy_slow else row.numpy(*arrays)
     except (TypeError, ValueError, ArithmeticError):
         return None
     if not row.builtin:
         result = _user_values(row, result, arrays)
-    if result.dtype is not first.dtype:  # else the registry's too (test_eager_parity.py)
+    elif type(result) is not np.ndarray:
+        result = np.asarray(result)  # two 0-d operands give a NumPy scalar
+    if result.dtype is not like.dtype:  # else the registry's too (test_eager_parity.py)
         dtype = _result_dtype(row, arrays)
         if result.dtype != dtype:
             result = result.astype(dtype)
-    return wrap(result)
-
-
-def binary(row: OpDef, x, y, like: Tensor) -> Tensor | None:
-    """A built-in binary ``row`` computed now on ``x`` and ``y`` (Tensors of ``like``'s
-    float dtype, or Python numbers), with ``like``'s shape and dtype; None where NumPy
-    refuses or gives another dtype (``compute`` then decides). node/ops.py's
-    ``pair_now`` checked the rest."""
-    xa = x.array if type(x) is Tensor else x
-    ya = y.array if type(y) is Tensor else y
-    if not like.shape:  # 0-d operands: a scalar parameter's
-        return apply_scalar(row, xa, ya, like.dtype)
-    return apply_row(row, (xa, ya), like.dtype)
-
-
-def unary(row: OpDef, x: Tensor) -> Tensor | None:
-    """``binary`` for a unary ``row`` on a float Tensor."""
-    return apply_row(row, (x.array,), x.dtype)
-
-
-def apply_row(row: OpDef, operands: tuple, dtype: np.dtype) -> Tensor | None:
-    """A built-in ``row`` on arrays and Python numbers whose result has ``dtype``, as a
-    Tensor; None where NumPy refuses or gives another dtype."""
-    try:
-        result = _row_values(row, operands) if row.numpy_slow else row.numpy(*operands)
-    except (TypeError, ValueError, ArithmeticError):
-        return None
-    if type(result) is not np.ndarray:
-        if not isinstance(result, np.generic):
-            return None
-        result = np.asarray(result)  # two 0-d operands give a NumPy scalar
-    if result.dtype is not dtype:
-        return None
     if not result.flags.c_contiguous:
         return wrap(result)
     layout = _LAYOUTS.get(result.shape)  # wrap, spelled out for the everyday result
     if layout is None:
         layout = _LAYOUTS.keep(result.shape, contiguous(result.shape))
     return Tensor.owning(result.ravel(), result, layout)
+
+
+def _broadcast(values) -> tuple | None:
+    """The shape the tensors among ``values`` broadcast to; None if they do not."""
+    shapes = tuple([v.shape for v in values if type(v) is Tensor])
+    shape = _BROADCASTS.get(shapes)
+    if shape is None:
+        try:
+            shape = _BROADCASTS.keep(shapes, broadcast_shapes(*shapes))
+        except ValueError:
+            return None
+    return shape
 
 
 #: The binary rows whose NumPy-scalar arithmetic is the ufunc's (one IEEE operation, the
@@ -256,11 +212,10 @@ _SCALAR_ROWS = {name: getattr(operator, OPS[name].operator) for name in ("add", 
 _SCALAR_LAYOUT = contiguous(())
 
 
-def apply_scalar(row: OpDef, x, y, dtype: np.dtype) -> Tensor | None:
-    """``apply_row`` for a binary ``row`` on 0-d arrays and Python numbers."""
-    fn = _SCALAR_ROWS.get(row.name)
-    if fn is None:
-        return apply_row(row, (x, y), dtype)
+def _scalar(fn, operands: list, dtype: np.dtype) -> Tensor | None:
+    """A binary row on 0-d arrays and Python numbers by Python's operator on NumPy
+    scalars; None where NumPy refuses or the result is not of ``dtype``."""
+    x, y = operands
     try:
         result = np.array(fn(x[()] if type(x) is np.ndarray else x,
                              y[()] if type(y) is np.ndarray else y))
@@ -310,26 +265,32 @@ def copy(t: Tensor, dtype) -> Tensor:
     return wrap(np.array(t.array, dtype=dtype))
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``x @ weight.T + bias`` (``bias`` may be None) computed now, C-ordered as a
-    product's result is in PyTorch (so ``.view`` works on it): ``blas.matmul`` gives it
-    so."""
-    out = blas.matmul(x.array, weight.array.T)
-    if bias is not None:
-        b = bias.array
-        if b.dtype != out.dtype and np.result_type(out, b) != out.dtype:
-            out = out + b
-        else:
-            np.add(out, b, out=out)  # out is the product's own new array
-    return wrap(out)
+def linear(x: Tensor, weight: Tensor, bias=None) -> Exp:
+    """``x @ weight.T + bias`` (``bias`` may be None) as the policy says: computed now,
+    C-ordered as a product's result is in PyTorch (so ``.view`` works on it); else the
+    product by BLAS with the bias add left lazy, to fuse with what follows."""
+    if (bias is None or type(bias) is Tensor) and now(x.shape[:-1] + weight.shape[:1],
+                                                      x.device):
+        out = blas.matmul(x.array, weight.array.T)
+        if bias is not None:
+            b = bias.array
+            if b.dtype != out.dtype and np.result_type(out, b) != out.dtype:
+                out = out + b
+            else:
+                np.add(out, b, out=out)  # out is the product's own new array
+        return wrap(out)
+    out = realize(Dot(x, weight.transpose(0, 1)))
+    return out if bias is None else out + bias
 
 
-def linear_grads(g: Tensor, x: Tensor, weight: Tensor, needs: tuple) -> tuple:
+def linear_grads(g, x: Tensor, weight: Tensor, needs: tuple) -> tuple:
     """``linear``'s gradients (input, weight, and bias when ``needs`` has three) where
-    ``needs`` says, the products on NumPy arrays; but the weight's gradient is kept a
-    lazy product where it is large, so that backward writes it straight into the
-    weight's gradient buffer (no temporary the size of the weight)."""
-    garr = g.array
+    ``needs`` says, as the policy says: the products on NumPy arrays now, but the
+    weight's gradient kept a lazy product where it is large, so that backward writes it
+    straight into the weight's gradient buffer (no temporary the size of the weight)."""
+    if not computes_now(g):
+        return _lazy_linear_grads(g, x, weight, needs)
+    garr = as_array(g)
     rows = garr.reshape(-1, weight.shape[0])  # every leading index is one row
     gx = wrap(blas.matmul(garr, weight.array)) if needs[0] else None
     gw = None
@@ -343,23 +304,43 @@ def linear_grads(g: Tensor, x: Tensor, weight: Tensor, needs: tuple) -> tuple:
     return gx, gw, wrap(sum_to_array(rows, weight.shape[:1])) if needs[2] else None
 
 
-def softmax_cross_entropy(z: Tensor, q) -> tuple[Tensor, Tensor, Tensor]:
-    """Each row's cross-entropy of logits ``z`` (N, C) against ``q`` computed now, with
-    the row maxima ``m`` and sums ``s`` of ``exp(z - m)`` that backward reads:
-    ``(loss, m, s)``."""
-    za, qa = z.array, as_array(q)
-    m = _fold(REDUCTIONS["max"], za, za.shape, (1,), True)
-    c = za - m
-    s = _fold(_SUM, OPS["exp"].numpy(c), za.shape, (1,), True)
-    loss = OPS["log"].numpy(s.reshape(len(s))) - _fold(_SUM, c * qa, za.shape, (1,), False)
-    return wrap(loss), wrap(m), wrap(s)
+def _lazy_linear_grads(g: Exp, x: Tensor, weight: Tensor, needs: tuple) -> tuple:
+    """``linear_grads`` kept lazy: products and a reduction for the engine."""
+    if needs.count(True) > 1:
+        g = realize(g)  # read by each gradient below: compute it once
+    rows = g.reshape(-1, weight.shape[0])
+    gx = Dot(g, weight) if needs[0] else None
+    gw = Dot(rows.transpose(0, 1), x.reshape(-1, x.shape[-1])) if needs[1] else None
+    if len(needs) == 2:
+        return gx, gw
+    return gx, gw, rows.sum(0) if needs[2] else None
 
 
-def softmax_cross_entropy_grad(g: Tensor, z: Tensor, q, m: Tensor, s: Tensor) -> Tensor:
-    """``softmax_cross_entropy``'s gradient for ``z``, computed now:
-    ``g_i (softmax(z)_ij - q_ij)``."""
-    p = OPS["exp"].numpy(z.array - m.array) / s.array
-    return wrap((p - as_array(q)) * g.array.reshape(-1, 1))
+def softmax_cross_entropy(z, q) -> tuple[Exp, Tensor, Tensor]:
+    """Each row's cross-entropy of logits ``z`` (N, C) against ``q``, with the row
+    maxima ``m`` and sums ``s`` of ``exp(z - m)`` that backward reads: ``(loss, m, s)``.
+    Computed now where the policy says; else ``m`` and ``s`` are each one reduction
+    (``z`` may stay lazy: each fuses it) and the loss is kept lazy."""
+    if type(z) is Tensor and computes_now(z):
+        za, qa = z.array, as_array(q)
+        m = _fold(REDUCTIONS["max"], za, za.shape, (1,), True)
+        c = za - m
+        s = _fold(_SUM, OPS["exp"].numpy(c), za.shape, (1,), True)
+        loss = OPS["log"].numpy(s.reshape(len(s))) - _fold(_SUM, c * qa, za.shape, (1,), False)
+        return wrap(loss), wrap(m), wrap(s)
+    m = realize(z.max(1, keepdims=True))
+    c = z - m
+    s = realize(apply_op("exp", c).sum(1, keepdims=True))
+    return apply_op("log", s.reshape(s.shape[0])) - (c * q).sum(1), m, s
+
+
+def softmax_cross_entropy_grad(g, z, q, m: Tensor, s: Tensor) -> Exp:
+    """``softmax_cross_entropy``'s gradient for ``z``, ``g_i (softmax(z)_ij - q_ij)``,
+    computed now where the forward was, else one lazy expression."""
+    if type(z) is Tensor and computes_now(z):
+        p = OPS["exp"].numpy(z.array - m.array) / s.array
+        return wrap((p - as_array(q)) * as_array(g).reshape(-1, 1))
+    return (apply_op("exp", z - m) / s - q) * g.reshape(g.shape[0], 1)
 
 
 _SAVERS = {"=": np.copyto, **SAVER_UFUNCS}
@@ -411,6 +392,16 @@ def reduce_tensor(r: ReduceDef, x: Tensor, axes: tuple, keepdims: bool) -> Tenso
 
 
 # ---- backward: gradients are Tensors; the policy decides how each is computed ---------
+
+def gradients(row: OpDef, g, out, args, needs: tuple) -> tuple:
+    """The gradients of ``row``'s operands where ``needs`` says, as the policy says:
+    computed now where the forward was (its result a Tensor, a built-in row, no
+    capture recording), else the rule's expressions, lazy (``OpDef.gradients``)."""
+    if (row.builtin and type(out) is Tensor and type(g) is Tensor
+            and recording.this_thread.rec is None):
+        return derivative(row, g, out, args, needs)
+    return row.gradients(g, out, tuple(map(as_exp, args)), needs)
+
 
 def derivative(row: OpDef, g: Tensor, out: Tensor, args, needs: tuple) -> tuple:
     """The gradients of ``row``'s operands where ``needs`` says (``OpDef.gradients``),
@@ -576,10 +567,10 @@ def _compile(e, tensors: list, backend) -> _Compiled | None:
     return _Compiled(loop, tuple(picks), list(scalars))
 
 
-def _row_values(row: OpDef, operands: tuple):
-    """``row.numpy(*operands)``; for a row NumPy runs slowly, by its compiled loop on
+def _row_values(row: OpDef, operands):
+    """``row.numpy(*operands)`` for a row NumPy runs slowly: by its compiled loop on
     arrays of ``COMPILED_FROM`` elements."""
-    if row.numpy_slow and _flat_arrays(operands):
+    if _flat_arrays(operands):
         calls = _compiled_calls((row.name, "forward", *[a.dtype for a in operands]),
                                 lambda ts: (Map(row, tuple(ts)),), operands)
         if calls is not None:

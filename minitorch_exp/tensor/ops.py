@@ -52,7 +52,8 @@ class OpDef:
     #: ``reflected``); None: none.
     operator: str | None = None
     reflected: bool = False
-    #: ``check(*operands)``, run when the op is built (pow: NumPy's integer-power rule).
+    #: ``check(*operands)``, run when the op is built (pow: NumPy's integer-power rule);
+    #: it refuses cases of integer operands only (an op on floats computed at once skips it).
     check: Callable | None = None
     #: ``partials[i](g, out, *operands)``: operand ``i``'s gradient alone, for rules whose
     #: gradients each cost a pass (``derivative`` still gives them all): backward computes

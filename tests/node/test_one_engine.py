@@ -83,8 +83,39 @@ def test_an_mlp_step_at_batch_32_computes_in_the_engine_s_evaluator():
     finally:
         sys.setprofile(None)
         backward_module._accumulate = real_accumulate
-    assert {"linear", "unary", "softmax_cross_entropy", "softmax_cross_entropy_grad",
+    assert {"linear", "apply", "softmax_cross_entropy", "softmax_cross_entropy_grad",
             "linear_grads", "derivative"} <= called
     # the four parameters': Tensors, and a lazy product for the large first weight,
     # written straight into its gradient buffer
     assert sorted(g.__name__ for g in gradients) == ["Dot", "Tensor", "Tensor", "Tensor"]
+
+
+def test_every_elementwise_op_asks_the_engine_once_whatever_its_size_or_dtypes(monkeypatch):
+    """One path for an elementwise op: small or large, one dtype or mixed (promotion
+    converts first), with a NumPy array or a number, it asks ``eager.apply`` once, and
+    a None from it keeps the op lazy; node/ computes nothing itself."""
+    asked = []
+    real_apply = eager.apply
+
+    def apply(row, values):
+        asked.append(row.name)
+        return real_apply(row, values)
+
+    monkeypatch.setattr(eager, "apply", apply)
+    small = mt.randn(3, requires_grad=True)
+    large = mt.randn(eager.threshold() + 1, requires_grad=True)
+    ops = [lambda: small * small, lambda: small.double() * small, lambda: 2.0 ** small,
+           lambda: small + np.ones(3, np.float32), lambda: small.relu(),
+           lambda: large * large, lambda: mt.where(small > 0, small, 0.0)]
+    for op in ops:
+        del asked[:]
+        out = op()
+        assert asked[-1] in {"mul", "pow", "add", "relu", "where"}, asked
+        assert asked.count(asked[-1]) == 1, asked
+        assert out.is_lazy == (out.numel() >= eager.threshold())
+    from minitorch_exp.node import function
+    from minitorch_exp.node import ops as node_ops
+    for name in ("pair_now", "single_now", "apply_now", "reduce_now", "linear_now",
+                 "elementwise_general"):
+        assert not hasattr(node_ops, name), name
+    assert not hasattr(function.Context, "computed")
