@@ -126,7 +126,7 @@ class Elementwise(Function):
                                "register_op to differentiate through it")
         grads = eager.gradients(op, g, saved[-1], saved[:-1], ctx.needs_input_grad)
         shape = saved[-1].shape
-        for a in saved[:-1]:
+        for a in saved:
             if isinstance(a, Exp) and a.shape != shape:  # broadcast: sum back to its shape
                 return tuple([r if r is None or not isinstance(a, Exp) else
                               eager.sum_to(r, a.shape) for r, a in zip(grads, saved)])

@@ -81,7 +81,7 @@ _WEAK = {float: 1.0, int: 1, bool: True}  # what a Python number is to dtype pro
 #: (op name, each operand's dtype or Python type) -> the registry's result dtype
 _DTYPES = memo_table("eager.dtypes", 4096)
 _LAYOUTS = memo_table("eager.layouts", 4096)  # shape -> its contiguous Layout
-_BROADCASTS = memo_table("eager.broadcasts", 4096)  # operands' shapes -> the result's
+_BROADCASTS = memo_table("eager.broadcasts", 4096)  # two operands' shapes -> the result's
 _SUM = REDUCTIONS["sum"]
 _FOLDS = memo_table("eager.folds", 256)  # (reduction, dtype) -> _how_to_fold's answer
 #: Reductions of many short rows go across a transposed copy (``short_rows``); measured
@@ -143,16 +143,18 @@ def apply(row: OpDef, values) -> Tensor | None:
     pays, an operand is an expression, or NumPy refuses (the lazy path then answers,
     with its descriptive errors). Written as one pass over the operands: every op of
     a small model comes here, and its bookkeeping costs as much as NumPy's call."""
-    arrays, like, broadcast = [], None, False
+    arrays, like, shape = [], None, None
     for v in values:
         t = type(v)
         if t is Tensor:
             if v.device is not CPU:
                 return None
             if like is None:
-                like = v
-            elif v.shape != like.shape:
-                broadcast = True
+                like, shape = v, v.shape
+            elif v.shape != shape:
+                shape = _broadcast(shape, v.shape)
+                if shape is None:
+                    return None
             arrays.append(v.array)
         elif t is float or t is int or t is bool:
             arrays.append(v)
@@ -162,8 +164,7 @@ def apply(row: OpDef, values) -> Tensor | None:
             return None
     if like is None or recording.this_thread.rec is not None:
         return None
-    shape = _broadcast(values) if broadcast else like.shape
-    if shape is None or math.prod(shape) >= policy.threshold:
+    if math.prod(shape) >= policy.threshold:
         return None
     if row.check is not None and like.dtype.kind != "f":  # checks refuse integer cases only
         row.check(*[v if type(v) is Tensor else Scalar(a) for v, a in zip(values, arrays)])
@@ -191,13 +192,12 @@ def apply(row: OpDef, values) -> Tensor | None:
     return Tensor.owning(result.ravel(), result, layout)
 
 
-def _broadcast(values) -> tuple | None:
-    """The shape the tensors among ``values`` broadcast to; None if they do not."""
-    shapes = tuple([v.shape for v in values if type(v) is Tensor])
-    shape = _BROADCASTS.get(shapes)
+def _broadcast(a: tuple, b: tuple) -> tuple | None:
+    """The shape ``a`` and ``b`` broadcast to; None if they do not."""
+    shape = _BROADCASTS.get((a, b))
     if shape is None:
         try:
-            shape = _BROADCASTS.keep(shapes, broadcast_shapes(*shapes))
+            shape = _BROADCASTS.keep((a, b), broadcast_shapes(a, b))
         except ValueError:
             return None
     return shape
