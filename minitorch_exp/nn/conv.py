@@ -63,6 +63,108 @@ class Conv2dFunction(Function):
             gb = gt.view(w.shape[0], -1).sum(1)
         return gx, gw, gb
 
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        """``backward`` on Nodes (``create_graph``): the input's gradient is the
+        transposed convolution of ``g``, the weight's a ``ConvWeightGrad``; both are
+        differentiable again."""
+        x, weight = ctx.inputs[:2]
+        window, groups, needs = ctx.attrs["window"], ctx.attrs["groups"], ctx.needs_input_grad
+        gx = ConvTranspose2dFunction.apply(g, weight, window=window, groups=groups,
+                                           shape=x.shape) if needs[0] else None
+        gw = ConvWeightGrad.apply(x, g, window=window, groups=groups,
+                                  shape=weight.shape) if needs[1] else None
+        return _with_bias_grad(gx, gw, g, needs)
+
+
+class ConvTranspose2dFunction(Function):
+    """``conv_transpose2d`` as one node, the convolution's adjoint (nn/conv_transpose.py's
+    docstring): forward is the convolution's input gradient, backward its forward and
+    weight gradient."""
+
+    keyword_attributes = True
+    lazy = True  # the bias add stays lazy and fuses with what follows
+
+    @staticmethod
+    def forward(ctx, x, weight, bias=None, *, window: im2col.Window, groups: int, shape):
+        w = realize(weight)
+        xt = channels_first(x, groups)
+        ctx.save_for_backward(xt, w)
+        y = scatter_columns(w, xt, window, groups, window.padded(shape), shape)
+        return add_bias(y, bias)
+
+    @staticmethod
+    def backward(ctx, g):
+        xt, w = ctx.saved_tensors
+        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
+        needs = ctx.needs_input_grad
+        cols = im2col.im2col(im2col.pad(g, window), window)
+        gx = correlate(w, cols, window, groups, g.shape[0]) if needs[0] else None
+        gw = weight_grad(xt, cols, groups, w.shape) if needs[1] else None
+        if len(needs) == 2:
+            return gx, gw
+        gb = ops.sum(g, (0, 2, 3)).value if needs[2] else None
+        return gx, gw, gb
+
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        """``backward`` on Nodes: the input's gradient is the convolution of ``g``, the
+        weight's a ``ConvWeightGrad`` with ``g`` in the input's place."""
+        x, weight = ctx.inputs[:2]
+        window, groups, needs = ctx.attrs["window"], ctx.attrs["groups"], ctx.needs_input_grad
+        gx = Conv2dFunction.apply(g, weight, window=window, groups=groups) if needs[0] else None
+        gw = ConvWeightGrad.apply(g, x, window=window, groups=groups,
+                                  shape=weight.shape) if needs[1] else None
+        return _with_bias_grad(gx, gw, g, needs)
+
+
+class ConvWeightGrad(Function):
+    """The weight gradient of a convolution with input ``x`` and output gradient ``g``,
+    ``G @ im2col(x).T``, as a node of its own so that it is differentiable again: it is
+    bilinear in ``x`` and ``g``, so its gradients are the convolution's other two maps
+    with the upstream ``h`` (a weight's shape) in the weight's place -- the transposed
+    convolution of ``g`` for ``x``, the convolution of ``x`` for ``g``."""
+
+    keyword_attributes = True
+
+    @staticmethod
+    def forward(ctx, x, g, *, window: im2col.Window, groups: int, shape):
+        padded = im2col.pad(x, window)
+        cols = im2col.im2col(padded, window)
+        gt = channels_first(g, groups)
+        ctx.attrs["shapes"] = (x.shape, padded.shape)
+        ctx.save_for_backward(cols, gt)
+        return weight_grad(gt, cols, groups, shape)
+
+    @staticmethod
+    def backward(ctx, h):
+        cols, gt = ctx.saved_tensors
+        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
+        x_shape, padded_shape = ctx.attrs["shapes"]
+        h = realize(h)
+        needs = ctx.needs_input_grad
+        gx = scatter_columns(h, gt, window, groups, padded_shape, x_shape) if needs[0] else None
+        gg = correlate(h, cols, window, groups, x_shape[0]) if needs[1] else None
+        return gx, gg
+
+    @staticmethod
+    def graph_backward(ctx, h: Node, out: Node) -> tuple:
+        x, g = ctx.inputs
+        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
+        needs = ctx.needs_input_grad
+        gx = ConvTranspose2dFunction.apply(g, h, window=window, groups=groups,
+                                           shape=x.shape) if needs[0] else None
+        gg = Conv2dFunction.apply(x, h, window=window, groups=groups) if needs[1] else None
+        return gx, gg
+
+
+def _with_bias_grad(gx, gw, g: Node, needs: tuple) -> tuple:
+    """``(gx, gw)``, and the bias's gradient (``g`` summed but over channels) where a
+    bias was given and needs one."""
+    if len(needs) == 2:
+        return gx, gw
+    return gx, gw, ops.sum(g, (0, 2, 3)) if needs[2] else None
+
 
 # ---- the three products, shared with the transposed convolution (nn/conv_transpose.py) ----
 

@@ -24,48 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..node import ops
-from ..node.function import Function
 from ..node.node import Node
-from ..tensor.engine import realize
 from . import im2col
-from .conv import (
-    _ConvNd,
-    add_bias,
-    channels_first,
-    check_dtypes,
-    correlate,
-    scatter_columns,
-    weight_grad,
-)
-
-
-class ConvTranspose2dFunction(Function):
-    """``conv_transpose2d`` as one node: forward and backward as in the module docstring."""
-
-    keyword_attributes = True
-    lazy = True  # the bias add stays lazy and fuses with what follows
-
-    @staticmethod
-    def forward(ctx, x, weight, bias=None, *, window: im2col.Window, groups: int, shape):
-        w = realize(weight)
-        xt = channels_first(x, groups)
-        ctx.save_for_backward(xt, w)
-        y = scatter_columns(w, xt, window, groups, window.padded(shape), shape)
-        return add_bias(y, bias)
-
-    @staticmethod
-    def backward(ctx, g):
-        xt, w = ctx.saved_tensors
-        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
-        needs = ctx.needs_input_grad
-        cols = im2col.im2col(im2col.pad(g, window), window)
-        gx = correlate(w, cols, window, groups, g.shape[0]) if needs[0] else None
-        gw = weight_grad(xt, cols, groups, w.shape) if needs[1] else None
-        if len(needs) == 2:
-            return gx, gw
-        gb = ops.sum(g, (0, 2, 3)).value if needs[2] else None
-        return gx, gw, gb
-
+from .conv import ConvTranspose2dFunction, _ConvNd, check_dtypes
 
 # ---- sizes -----------------------------------------------------------------------------
 

@@ -46,13 +46,32 @@ def _fold(dst, terms, step, first) -> None:
         dst[...] = e
 
 
-def _scatter_back(g, window: im2col.Window, padded_shape, shape, term):
-    """The input gradient: ``term(k)`` added through the slice of kernel offset ``k``."""
+def window_scatter(g, *, window: im2col.Window, shapes, first=None, divisor=None):
+    """A pooling's input gradient: each window's value of ``g`` added back through the
+    window into an input of ``shapes[0]`` -- to the window's ``first`` maximum (max
+    pooling), or over ``divisor`` to every position (average pooling); one strided
+    ``+=`` per kernel offset (windows may overlap)."""
+    shape, padded_shape = shapes
+    g = realize(g if divisor is None else g / divisor)
     out = creation.zeros(padded_shape, dtype=g.dtype, device=g.device)
     for k, (i, j) in enumerate(window.offsets):
         target = im2col.at_offset(out, window, i, j)
-        target += term(k)
+        target += g if first is None else apply_op("where", first == k, g, 0.0)
     return im2col.crop(out, window, shape)
+
+
+def window_gather(x, *, window: im2col.Window, shapes, first=None, divisor=None):
+    """``window_scatter``'s adjoint: each window's value read from ``x`` -- at its
+    ``first`` maximum, or summed over ``divisor``."""
+    padded = im2col.pad(x, window, 0.0)
+    views = [im2col.at_offset(padded, window, i, j) for i, j in window.offsets]
+    out = creation.new_empty(views[0].shape, x.dtype, x.device)
+    if first is None:
+        _fold(out, views[1:], functools.partial(apply_op, "add"), views[0])
+        return out / divisor
+    _fold(out, enumerate(views), lambda e, kv: apply_op("where", first == kv[0], kv[1], e),
+          0.0)
+    return out
 
 
 class MaxPool2dFunction(Function):
@@ -77,10 +96,15 @@ class MaxPool2dFunction(Function):
     @staticmethod
     def backward(ctx, g):
         (first,) = ctx.saved_tensors
-        shape, padded_shape = ctx.attrs["shapes"]
-        g = realize(g)
-        return (_scatter_back(g, ctx.attrs["window"], padded_shape, shape,
-                              lambda k: apply_op("where", first == k, g, 0.0)),)
+        return (window_scatter(g, window=ctx.attrs["window"], shapes=ctx.attrs["shapes"],
+                               first=first),)
+
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        """``backward`` on Nodes (``create_graph``): the same routing, as a node."""
+        (first,) = ctx.saved_tensors
+        return (WindowScatter.apply(g, window=ctx.attrs["window"], shapes=ctx.attrs["shapes"],
+                                    first=first),)
 
 
 class AvgPool2dFunction(Function):
@@ -100,10 +124,51 @@ class AvgPool2dFunction(Function):
 
     @staticmethod
     def backward(ctx, g):
-        shape, padded_shape = ctx.attrs["shapes"]
-        share = realize(g / ctx.attrs["divisor"])
-        return (_scatter_back(share, ctx.attrs["window"], padded_shape, shape,
-                              lambda k: share),)
+        return (window_scatter(g, window=ctx.attrs["window"], shapes=ctx.attrs["shapes"],
+                               divisor=ctx.attrs["divisor"]),)
+
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        return (WindowScatter.apply(g, window=ctx.attrs["window"], shapes=ctx.attrs["shapes"],
+                                    divisor=ctx.attrs["divisor"]),)
+
+
+class WindowScatter(Function):
+    """A pooling's input gradient (``window_scatter``) as a node, so that it is
+    differentiable again: it is linear in ``g``, and its gradient is its adjoint,
+    ``WindowGather`` -- the pair differentiates to any order."""
+
+    keyword_attributes = True
+
+    @staticmethod
+    def forward(ctx, g, **where):
+        return window_scatter(g, **where)
+
+    @staticmethod
+    def backward(ctx, h):
+        return (window_gather(realize(h), **ctx.attrs),)
+
+    @staticmethod
+    def graph_backward(ctx, h: Node, out: Node) -> tuple:
+        return (WindowGather.apply(h, **ctx.attrs),)
+
+
+class WindowGather(Function):
+    """``window_gather`` as a node: ``WindowScatter``'s adjoint, and its gradient."""
+
+    keyword_attributes = True
+
+    @staticmethod
+    def forward(ctx, x, **where):
+        return window_gather(x, **where)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (window_scatter(g, **ctx.attrs),)
+
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        return (WindowScatter.apply(g, **ctx.attrs),)
 
 
 # ---- argument forms and checks ------------------------------------------------------------

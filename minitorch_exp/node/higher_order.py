@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import math
 
-from ..tensor.engine import realize
 from ..tensor.layout import broadcast_axes
 from ..tensor.ops import OPS
-from ..tensor.tensor import _is_basic_index
 from . import ops
 from .backward import topological_order
-from .function import Function, SliceGradient
 from .grad_mode import enable_grad
 from .node import Node, ones_like
 
@@ -167,30 +164,6 @@ def _softmax_cross_entropy(ctx, g):
     return (p - q) * ops.reshape(g, (g.shape[0], 1)), None
 
 
-class PlaceSlice(Function):
-    """``g`` placed at a basic index ``key`` of zeros of ``shape``: the gradient of
-    ``x[key]``, as a Function so that it is differentiable again (its gradient is
-    the same index)."""
-
-    keyword_attributes = True
-
-    @staticmethod
-    def forward(ctx, g, key, shape):
-        return SliceGradient(key, g, shape, g.dtype, g.device).dense()
-
-    @staticmethod
-    def backward(ctx, gg):
-        return (realize(gg)[ctx.attrs["key"]],)
-
-
-def _getitem(ctx, g):
-    key, (shape, _, _) = ctx.attrs["key"], ctx.attrs["in"]
-    if not _is_basic_index(key):
-        raise RuntimeError("create_graph: indexing with tensors or lists (a gather) has no "
-                           "differentiable gradient here; use basic slices or mt.gather")
-    return (PlaceSlice.apply(g, key=key, shape=shape),)
-
-
 RULES = {
     ops.Elementwise: _elementwise,
     "reduction": _reduction,
@@ -202,9 +175,7 @@ RULES = {
     ops.Permute: lambda ctx, g: (ops.permute(g, *_inverse(ctx.attrs["dims"])),),
     ops.AsType: lambda ctx, g: (ops.astype(g, ctx.attrs["in_dtype"]),),
     ops.Clone: lambda ctx, g: (g,),
-    ops.GetItem: _getitem,
     ops.Cat: lambda ctx, g: tuple(ops.getitem(g, index) for index in ctx.attrs["bounds"]),
-    PlaceSlice: lambda ctx, g: (ops.getitem(g, ctx.attrs["key"]),),
 }
 
 

@@ -26,10 +26,10 @@ from ..tensor.expr import apply_op
 from ..tensor.generator import Generator
 from ..tensor.layout import normalize_axes, normalize_axis
 from ..tensor.tensor import from_array
-from . import ops
+from . import ops, views
 from .function import Function
 from .masks import _in_place_form
-from .node import Node
+from .node import Node, zeros_like
 
 SortResult = namedtuple("sort", ["values", "indices"])
 TopKResult = namedtuple("topk", ["values", "indices"])
@@ -82,6 +82,13 @@ class Gather(_LibraryOp):
         zeros = creation.zeros(shape, dtype=dtype, device=device)
         return L.scatter(zeros, ctx.attrs["dim"], index, realize(g), reduce_add=True), None
 
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        """``backward`` on Nodes (``create_graph``): a ``scatter_add``, whose gradient
+        is this gather again."""
+        x, index = ctx.inputs
+        return scatter_add(zeros_like(x), ctx.attrs["dim"], index, g), None
+
 
 def gather(input: Node, dim: int, index: Node) -> Node:
     """``out[i][j] = input[index[i][j]][j]`` (dim 0), ``input[i][index[i][j]]`` (dim 1)..."""
@@ -111,6 +118,18 @@ class Scatter(_LibraryOp):
         if like is None:  # a number was written: no src
             return gx, None
         gs = _embed(L.gather(g, dim, index), *like) if ctx.needs_input_grad[2] else None
+        return gx, None, gs
+
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        index, dim = ctx.inputs[1], ctx.attrs["dim"]
+        gx = g if ctx.attrs["add"] else scatter(g, dim, index, value=0.0)
+        if ctx.attrs["src_like"] is None:
+            return gx, None
+        src = ctx.inputs[2]
+        gs = gather(g, dim, index) if ctx.needs_input_grad[2] else None
+        if gs is not None and gs.shape != src.shape:  # src larger than index: zeros beyond
+            gs = ops.place_at_index(gs, tuple(slice(0, n) for n in gs.shape), src.shape)
         return gx, None, gs
 
 
@@ -154,6 +173,11 @@ class IndexSelect(_LibraryOp):
         zeros = _zeros_like(ctx.attrs["like"])
         return L.index_add(zeros, ctx.attrs["dim"], index, realize(g)), None
 
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        x, index = ctx.inputs
+        return index_add(zeros_like(x), ctx.attrs["dim"], index, g), None
+
 
 def index_select(input: Node, dim: int, index: Node) -> Node:
     return IndexSelect.apply(input, _as_index(index, input), dim=dim)
@@ -174,6 +198,12 @@ class IndexAdd(_LibraryOp):
         g, alpha = realize(g), ctx.attrs["alpha"]
         gs = L.index_select(g, ctx.attrs["dim"], index) if ctx.needs_input_grad[2] else None
         return g, None, (gs if gs is None or alpha == 1 else realize(gs * alpha))
+
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        index, alpha = ctx.inputs[1], ctx.attrs["alpha"]
+        gs = index_select(g, ctx.attrs["dim"], index) if ctx.needs_input_grad[2] else None
+        return g, None, (gs if gs is None or alpha == 1 else gs * alpha)
 
 
 def index_add(input: Node, dim: int, index: Node, source: Node, *, alpha=1) -> Node:
@@ -217,6 +247,12 @@ class Cumsum(_LibraryOp):
     @staticmethod
     def backward(ctx, g):
         return (L.cumsum(realize(g), ctx.attrs["dim"], reverse=True),)
+
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        """``backward`` on Nodes (``create_graph``): the running sums from the end."""
+        dim = ctx.attrs["dim"]
+        return (views.flip(cumsum(views.flip(g, dim), dim), dim),)
 
 
 class Cumprod(_LibraryOp):
@@ -336,6 +372,23 @@ class VectorNorm(_LibraryOp):
         zero = apply_op("logical_or", apply_op("eq", norm, 0), apply_op("eq", x, 0))
         scale = apply_op("pow", apply_op("div", ax, norm), ord - 1)
         return (realize(apply_op("where", zero, 0.0, apply_op("sign", x) * scale * g)),)
+
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        """``backward``'s rule on Nodes (``create_graph``), reading the norm ``out`` as
+        the node it is, so that its own dependence on ``x`` is recorded."""
+        x, ord = ctx.inputs[0], ctx.attrs["ord"]
+        kept = ctx.saved_tensors[1].shape
+        g, norm = (ops.expand(ops.reshape(t, kept), x.shape) for t in (g, out))
+        if ord == 0:
+            return (zeros_like(x),)
+        if ord in (math.inf, -math.inf):
+            at = ops.astype(abs(x) == norm, x.dtype)
+            share = ops.expand(ops.sum(at, ctx.attrs["axes"], keepdims=True), x.shape)
+            return (x.sign() * at * g / share,)
+        zero = ops.elementwise("logical_or", norm == 0, x == 0)
+        scale = (abs(x) / norm) ** (ord - 1)
+        return (ops.elementwise("where", zero, 0.0, x.sign() * scale * g),)
 
 
 def vector_norm(x: Node, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Node:

@@ -277,16 +277,51 @@ class GetItem(_Op):
         key = ctx.attrs["key"]
         if _is_basic_index(key):  # added into its place by backward, fused with g's rule
             return (SliceGradient(key, g, shape, dtype, device),)
-        g = realize(g)
-        grad = creation.zeros(shape, dtype=dtype, device=device)
-        capture.host_op(functools.partial(device.xp.add.at, grad.array, key, g.array),
-                        grad.storage)
-        grad.storage.version += 1
-        return (grad,)
+        return (_placed(g, key, shape),)
+
+    @staticmethod
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        """``backward`` on Nodes (``create_graph``): ``g`` placed at the index, whose
+        gradient is this indexing again."""
+        return (place_at_index(g, ctx.attrs["key"], ctx.attrs["in"][0]),)
 
 
 def getitem(x: Node, key) -> Node:
     return GetItem.apply(x, key=index_key(key))
+
+
+def _placed(g, key, shape: tuple) -> Tensor:
+    """Zeros of ``shape`` with ``g`` added at ``key`` (repeated indices add up)."""
+    g = realize(g)
+    grad = creation.zeros(shape, dtype=g.dtype, device=g.device)
+    if _is_basic_index(key):
+        grad[key] = g
+        return grad
+    capture.host_op(functools.partial(g.device.xp.add.at, grad.array, key, g.array),
+                    grad.storage)
+    grad.storage.version += 1
+    return grad
+
+
+class PlaceAtIndex(_Op):
+    """``g`` added at ``key`` into zeros of ``shape``: ``GetItem``'s gradient as a node,
+    so that it is differentiable again (its gradient is the same indexing)."""
+
+    @staticmethod
+    def forward(ctx, g, key, shape):
+        return _placed(g, key, shape)
+
+    @staticmethod
+    def backward(ctx, gg):
+        return (realize(gg)[ctx.attrs["key"]],)
+
+    @staticmethod
+    def graph_backward(ctx, gg: Node, out: Node) -> tuple:
+        return (getitem(gg, ctx.attrs["key"]),)
+
+
+def place_at_index(g: Node, key, shape: tuple) -> Node:
+    return PlaceAtIndex.apply(g, key=key, shape=tuple(shape))
 
 
 # ---- reductions ----------------------------------------------------------------

@@ -9,6 +9,8 @@ float64 (``gradgradcheck``), and against PyTorch where it is installed.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -125,8 +127,8 @@ def test_products_with_vectors_agree():
 
 def test_a_function_without_a_rule_is_named_when_differentiated_twice():
     x = leaf(np.arange(6.0).reshape(2, 3))
-    y = mt.cumsum(x, 1).sum()
-    with pytest.raises(RuntimeError, match="create_graph: Cumsum.backward is not"):
+    y = mt.cumprod(x, 1).sum()
+    with pytest.raises(RuntimeError, match="create_graph: Cumprod.backward is not"):
         mt.autograd.grad(y, x, create_graph=True)
 
 
@@ -292,3 +294,101 @@ def test_a_pytorch_style_function_of_tensor_ops_differentiates_twice(fn):
         forward, backward = staticmethod(fn._user_forward), staticmethod(fn._user_backward)
 
     np.testing.assert_allclose(second(mt, fn), second(torch, TorchTwin), rtol=1e-12)
+
+
+# ---- convolutions and pooling: their gradients are themselves differentiable ops ----------
+
+F = nn.functional
+
+
+def _conv_cases():
+    rng = np.random.default_rng(7)
+    x = leaf(rng.standard_normal((2, 4, 6, 5)))
+    w = leaf(rng.standard_normal((6, 2, 3, 2)))  # groups=2
+    b = leaf(rng.standard_normal(6))
+    wt = leaf(rng.standard_normal((4, 3, 2, 3)))  # transposed: (C_in, C_out/groups, kH, kW)
+    w1 = leaf(rng.standard_normal((3, 4, 3)))
+    x1 = leaf(rng.standard_normal((2, 4, 7)))
+    b3 = leaf(rng.standard_normal(3))
+    return {
+        "conv2d": (lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1,
+                                            dilation=(1, 2), groups=2).tanh(), [x, w, b]),
+        "conv2d same": (lambda x, w: F.conv2d(x, w, padding="same", groups=2) ** 2, [x, w]),
+        "conv1d": (lambda x, w: F.conv1d(x, w, stride=2, padding=1).sin(), [x1, w1]),
+        "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(
+            x, w, b, stride=2, padding=1, output_padding=1).tanh(), [x, wt, b3]),
+        "avg_pool2d": (lambda x: F.avg_pool2d(x * x, 3, stride=2, padding=1,
+                                              count_include_pad=False).sin(), [x]),
+        "max_pool2d": (lambda x: F.max_pool2d(x.sin() * x, (2, 3), stride=(1, 2),
+                                              padding=1) ** 2, [x]),
+    }
+
+
+@pytest.mark.parametrize("what", list(_conv_cases()))
+def test_convolutions_and_pooling_pass_gradgradcheck(what):
+    fn, args = _conv_cases()[what]
+    assert mt.autograd.gradgradcheck(fn, args)
+
+
+def test_a_gradient_penalty_through_a_conv_net_matches_pytorch():
+    """A WGAN-GP critic's penalty through conv, max pool and avg pool: the parameters'
+    gradients of ``(|d critic / d x| - 1)^2`` against PyTorch's double backward."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    values = {"x": rng.standard_normal((2, 3, 8, 8)), "w1": rng.standard_normal((4, 3, 3, 3)),
+              "b1": rng.standard_normal(4), "w2": rng.standard_normal((2, 4, 2, 2))}
+
+    def penalty(lib, t):
+        f = lib.nn.functional
+        h = f.conv2d(t["x"], t["w1"], t["b1"], padding=1).tanh()
+        h = f.max_pool2d(h, 2)
+        h = f.conv_transpose2d(h, t["w2"].transpose(0, 1), stride=2)
+        score = f.avg_pool2d(h.sin(), 2).sum()
+        g, = lib.autograd.grad(score, t["x"], create_graph=True)
+        return ((g.reshape(2, -1) ** 2).sum(1).sqrt() - 1).pow(2).mean()
+
+    ours = {k: mt.tensor(v, requires_grad=True) for k, v in values.items()}
+    theirs = {k: torch.tensor(v, requires_grad=True) for k, v in values.items()}
+    penalty(mt, ours).backward()
+    penalty(torch, theirs).backward()
+    for k in values:
+        np.testing.assert_allclose(ours[k].grad.numpy(), theirs[k].grad.numpy(),
+                                   rtol=1e-9, atol=1e-10)
+
+
+def _indexing_cases():
+    rng = np.random.default_rng(11)
+    v = leaf(rng.standard_normal((4, 5)))
+    src = leaf(rng.standard_normal((2, 5)))
+    x = leaf(rng.standard_normal((2, 3, 6, 5)))
+    index = mt.tensor(np.array([[0, 2, 1, 3, 0], [3, 1, 0, 0, 2]]))  # no repeat per column
+    rows = mt.tensor(np.array([2, 0, 2]))
+    return {
+        "gather": (lambda v: mt.gather(v * v, 0, index).sin(), [v]),
+        "scatter_add": (lambda v, s: mt.scatter_add(v * v, 0, index, s.exp()).sin(), [v, src]),
+        "scatter": (lambda v, s: mt.scatter(v * v, 0, index, s.exp()).sin(), [v, src]),
+        "index_select": (lambda v: mt.index_select(v * v, 0, rows).sin(), [v]),
+        "index_add": (lambda v, s: mt.index_add(v * v, 0, rows[:2], s.exp()).sin(), [v, src]),
+        "advanced index": (lambda v: (v * v)[rows, 1:].sin(), [v]),
+        "embedding": (lambda v: F.embedding(mt.tensor(np.array([[0, 3], [3, 1]])), v).sin(),
+                      [v]),
+        "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x.sin() * x, (4, 3)) ** 2,
+                                [x]),
+    }
+
+
+@pytest.mark.parametrize("what", list(_indexing_cases()))
+def test_gathers_and_scatters_pass_gradgradcheck(what):
+    fn, args = _indexing_cases()[what]
+    assert mt.autograd.gradgradcheck(fn, args)
+
+
+@pytest.mark.parametrize("what", ["cumsum", "norm 2", "norm 3", "norm inf", "norm 1"])
+def test_scans_and_norms_pass_gradgradcheck(what):
+    x = leaf(np.random.default_rng(5).standard_normal((3, 4)))
+    fns = {"cumsum": lambda x: mt.cumsum(x * x, 1).sin(),
+           "norm 2": lambda x: mt.linalg.vector_norm(x, 2, dim=1).sin(),
+           "norm 3": lambda x: mt.linalg.vector_norm(x, 3, dim=0) ** 2,
+           "norm inf": lambda x: mt.linalg.vector_norm(x * x, math.inf, dim=1).sin(),
+           "norm 1": lambda x: mt.linalg.vector_norm(x, 1).exp()}
+    assert mt.autograd.gradgradcheck(fns[what], [x])
