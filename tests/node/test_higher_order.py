@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import minitorch_exp as mt
 from minitorch_exp import nn
@@ -392,3 +394,104 @@ def test_scans_and_norms_pass_gradgradcheck(what):
            "norm inf": lambda x: mt.linalg.vector_norm(x * x, math.inf, dim=1).sin(),
            "norm 1": lambda x: mt.linalg.vector_norm(x, 1).exp()}
     assert mt.autograd.gradgradcheck(fns[what], [x])
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 4), k=st.integers(1, 5), m=st.integers(1, 4),
+       bias_shape=st.sampled_from(["row", "column", "scalar"]), seed=st.integers(0, 2**31))
+def test_hessian_vector_products_match_pytorch_on_drawn_shapes(n, k, m, bias_shape, seed):
+    """``grad(grad(f) . v)`` through a product, a broadcast bias, transcendental rows,
+    a reduction and a softmax, for shapes hypothesis draws, against PyTorch."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(seed)
+    shapes = {"row": (m,), "column": (n, 1), "scalar": ()}
+    values = [rng.standard_normal((n, k)), rng.standard_normal((k, m)),
+              rng.standard_normal(shapes[bias_shape])]
+    v = [rng.standard_normal(a.shape) for a in values]
+
+    def hvp(lib, tensor):
+        xs = [tensor(a, requires_grad=True) for a in values]
+        x, w, b = xs
+        h = (x @ w + b).tanh() * (x.sum(1, keepdim=True) * 0.5).sigmoid()
+        y = (lib.softmax(h, 1) * h).sum() + (h ** 2).mean()
+        gs = lib.autograd.grad(y, xs, create_graph=True)
+        dot = sum((g * tensor(u)).sum() for g, u in zip(gs, v))
+        return [t.numpy() for t in lib.autograd.grad(dot, xs)]
+
+    ours = hvp(mt, mt.tensor)
+    theirs = hvp(torch, lambda a, **kw: torch.tensor(a, **kw))
+    for got, want in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
+
+
+@settings(max_examples=25, deadline=None)
+@given(groups=st.integers(1, 2), c=st.integers(1, 2), o=st.integers(1, 2),
+       size=st.tuples(st.integers(4, 7), st.integers(4, 7)),
+       kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)), stride=st.integers(1, 2),
+       padding=st.integers(0, 1), dilation=st.integers(1, 2), pool=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_conv_gradient_penalties_match_pytorch_on_drawn_shapes(groups, c, o, size, kernel,
+                                                               stride, padding, dilation,
+                                                               pool, seed):
+    """The weight's and bias's gradients of ``|d score / d x|^2`` through a convolution
+    (and a max or average pool), for shapes and windows hypothesis draws, against
+    PyTorch's double backward."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(seed)
+    values = [rng.standard_normal((2, c * groups, *size)),
+              rng.standard_normal((o * groups, c, *kernel)), rng.standard_normal(o * groups)]
+
+    def penalty(lib, tensor):
+        x, w, b = xs = [tensor(a, requires_grad=True) for a in values]
+        f = lib.nn.functional
+        h = f.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation,
+                     groups=groups).tanh()
+        if min(h.shape[-2:]) >= 2:
+            h = f.max_pool2d(h, 2, 1) if pool else f.avg_pool2d(h, 2, 1)
+        g, = lib.autograd.grad((h.sin() * h).sum(), x, create_graph=True)
+        (g ** 2).sum().backward()
+        return [t.grad.numpy() for t in xs[1:]]
+
+    try:
+        theirs = penalty(torch, lambda a, **kw: torch.tensor(a, **kw))
+    except RuntimeError:  # a kernel larger than the padded input: both refuse
+        with pytest.raises(ValueError):
+            penalty(mt, mt.tensor)
+        return
+    for got, want in zip(penalty(mt, mt.tensor), theirs, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10)
+
+
+def _layer_cases():
+    rng = np.random.default_rng(13)
+    x = leaf(rng.standard_normal((2, 4, 5, 5)))
+    v = leaf(rng.standard_normal((3, 5)))
+    y = mt.tensor(rng.standard_normal((3, 5)))
+    p = mt.tensor(rng.uniform(0.1, 0.9, (3, 5)))
+    labels, signs = mt.tensor(np.array([1, 0, 4])), mt.tensor(np.array([1, -1, 1]))
+    return {
+        "group_norm": (lambda x: F.group_norm(x, 2).tanh(), [x]),
+        "instance_norm": (lambda x: F.instance_norm(x).tanh(), [x]),
+        "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x * x, (3, 2)).sin(), [x]),
+        "interpolate": (lambda x: F.interpolate(x * x, scale_factor=2, mode="bilinear").sin(),
+                        [x]),
+        "pixel_shuffle": (lambda x: F.pixel_shuffle(x * x, 2).sin(), [x]),
+        "bce": (lambda v: F.binary_cross_entropy(v.sigmoid(), p), [v]),
+        "bce_with_logits": (lambda v: F.binary_cross_entropy_with_logits(v, p), [v]),
+        "kl_div": (lambda v: F.kl_div(F.log_softmax(v, 1), p, reduction="batchmean"), [v]),
+        "huber": (lambda v: F.huber_loss(v * v, p), [v]),
+        "smooth_l1": (lambda v: F.smooth_l1_loss(v * v, p), [v]),
+        "nll": (lambda v: F.nll_loss(F.log_softmax(v, 1), labels), [v]),
+        "cosine_embedding": (lambda v: F.cosine_embedding_loss(v, y, signs), [v]),
+        "triplet_margin": (lambda v: F.triplet_margin_loss(v, y, y * 0.5), [v]),
+        "activations": (lambda v: F.silu(v) + F.elu(v) + F.selu(v) + F.softplus(v)
+                        + F.mish(v) + F.logsigmoid(v), [v]),
+        "attention": (lambda v: F.scaled_dot_product_attention(
+            *(v.reshape(1, 3, 5) for _ in range(3)), is_causal=True), [v]),
+    }
+
+
+@pytest.mark.parametrize("what", list(_layer_cases()))
+def test_normalizations_losses_and_activations_pass_gradgradcheck(what):
+    fn, args = _layer_cases()[what]
+    assert mt.autograd.gradgradcheck(fn, args)
