@@ -16,6 +16,12 @@ class Device(NamedTuple):
     type: str
     index: int = 0
 
+    def __copy__(self) -> Device:
+        return self
+
+    def __deepcopy__(self, memo) -> Device:
+        return self  # one object per device: code compares devices with ``is``
+
     def __str__(self) -> str:
         return "cpu" if self.type == "cpu" else f"cuda:{self.index}"
 

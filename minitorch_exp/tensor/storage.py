@@ -33,6 +33,10 @@ class Storage:
         self.readers: weakref.WeakSet | None = None
         self.shared = False
 
+    def __deepcopy__(self, memo) -> Storage:
+        """A new Storage over a copy of the buffer: version 0, unshared, no readers."""
+        return Storage(self.data.copy(), self.device)
+
     @property
     def dtype(self) -> np.dtype:
         return self.data.dtype

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import operator
 
 import numpy as np
@@ -65,6 +66,14 @@ class Tensor(Exp):
         t.device = CPU
         t._array = (flat, arr)
         t._leaf_tokens = None
+        return t
+
+    def __deepcopy__(self, memo) -> Tensor:
+        """A view of the same layout over a copy of the Storage (one copy per Storage,
+        however many of its views are copied together: ``memo``). The ndarray view and
+        tokens this tensor cached belong to the old buffer: not carried over."""
+        t = Tensor.__new__(Tensor)
+        t._init_layout(copy.deepcopy(self.storage, memo), self.layout, self.dtype, self.device)
         return t
 
     def _with_layout(self, layout: L.Layout) -> Tensor:

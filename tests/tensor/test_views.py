@@ -268,3 +268,31 @@ def test_owning_makes_what_the_constructors_make():
         assert getattr(fast.storage, name) is getattr(slow.storage, name) or (
             getattr(fast.storage, name) == getattr(slow.storage, name)), name
     assert fast.array is arr and np.shares_memory(fast.storage.data, arr)
+
+
+def test_a_deep_copy_writes_into_its_own_buffer():
+    """``copy.deepcopy`` of a tensor that had made its NumPy view (a module copied for
+    a target network, layers cloned by ``nn.TransformerEncoder``): writes to the copy
+    land in the copy's buffer -- not in a detached copy of the old view -- and the
+    original is untouched; views copied together still share one buffer."""
+    import copy
+
+    import minitorch_exp as mt
+
+    base = mt.arange(6.0).reshape(2, 3).value
+    row = base[1]
+    _ = base.array, row.array  # each caches its view of the buffer
+    base_copy, row_copy = copy.deepcopy((base, row))
+    assert base_copy.storage is row_copy.storage is not base.storage
+    with mt.no_grad():
+        node = mt.Node(base_copy)
+        node += 1.0
+    np.testing.assert_array_equal(base_copy.numpy(), np.arange(6.0).reshape(2, 3) + 1)
+    np.testing.assert_array_equal(row_copy.numpy(), [4.0, 5.0, 6.0])
+    np.testing.assert_array_equal(base.numpy(), np.arange(6.0).reshape(2, 3))
+    layer = mt.nn.Linear(3, 2)
+    _ = layer.weight.value.array
+    clone = copy.deepcopy(layer)
+    with mt.no_grad():
+        clone.weight -= 1.0
+    np.testing.assert_allclose(clone.weight.numpy(), layer.weight.numpy() - 1.0)
