@@ -211,21 +211,17 @@ def _accumulate(leaf: Node, g, trace=None):
         leaf = trace.accumulate(leaf, g)
     if capture.grad_log() is not None:  # a captured function's eager runs: see capture.py
         capture.note_grad(leaf)
-    if type(g) is Tensor and eager.computes_now(g):
-        _accumulate_now(leaf, g)
-        return g
-    if leaf.grad is None:
-        dst, saver = leaf.grad_buffer, "="
+    if leaf._grad is None:
+        dst, saver = leaf.grad_buffer, "="  # asks the leaf's sink, if any: read once
         if dst is None:
             dst = creation.new_empty(leaf.shape, leaf.dtype, leaf.device)
     else:
-        dst, saver = leaf.grad.value, "+="
+        dst, saver = leaf._grad.value, "+="
     if trace is not None:
         trace.writes(leaf, dst)
     assign(dst, g, saver)
-    if leaf.grad is None:
-        leaf.grad = Node(dst)
-    assert leaf.grad.shape == leaf.shape
+    if leaf._grad is None:
+        leaf._grad = Node(dst)
     return dst
 
 
@@ -238,18 +234,3 @@ def _retain(node: Node, g, trace):
         g = realize(g)
     _accumulate(node, g, trace)
     return g
-
-
-def _accumulate_now(leaf: Node, g: Tensor) -> None:
-    """``_accumulate`` for a gradient computed at once (tensor/eager.py), written with
-    NumPy."""
-    saver = "+="
-    if leaf._grad is None:
-        dst = leaf.grad_buffer  # asks the leaf's sink, if any: read once
-        if dst is None:  # a copy: g may be another leaf's gradient too (a + b)
-            leaf._grad = Node(eager.copy(g, leaf.dtype))
-            return
-        leaf._grad, saver = Node(dst), "="
-    dst = leaf._grad.value
-    if not eager.assign(dst, g, saver):
-        assign(dst, g, saver)

@@ -340,9 +340,7 @@ class Node:
                 raise ValueError(f"in-place {saver}: the result has shape {out.shape}, the "
                                  f"tensor {self.shape}")
             return out
-        other = other._value if isinstance(other, Node) else other
-        if not eager.assign(self.value, other, saver):  # at once, below the threshold
-            assign(self.value, as_exp(other), saver)
+        assign(self.value, other._value if isinstance(other, Node) else as_exp(other), saver)
         return self
 
     def __iadd__(self, other):

@@ -356,13 +356,18 @@ def assign(dst: Tensor, value, saver: str) -> bool:
     """``dst <saver> value`` (``x -= lr * x.grad`` under no_grad) computed now, for a float
     ``dst`` below the threshold and a float or number ``value`` of its shape (or 0-d), as
     the engine would; False, having done nothing, for anything else (the engine's)."""
+    if type(dst) is not Tensor:
+        return False
     if type(value) is Tensor:
         if value.shape != dst.shape and value.shape != () or value.dtype.kind != "f":
             return False
         value = value.array
+    elif type(value) is Scalar:
+        value = value.value
     elif type(value) not in NUMBERS:
         return False
-    if dst.dtype.kind != "f" or 0 in dst.layout.strides or not computes_now(dst):
+    if (dst.dtype.kind != "f" or saver not in _SAVERS or 0 in dst.layout.strides
+            or not computes_now(dst)):
         return False
     dst.storage.before_write()  # realizes lazy values that still read the old numbers
     write, arr = _SAVERS[saver], dst.array

@@ -65,8 +65,11 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
     """Evaluate ``e`` straight into the tensor ``dst`` with the given saver.
 
     ``prepare=False``: ``dst`` is a new temporary that nothing assigns into again,
-    so no prepared call is kept (it would only hold the temporary alive).
+    so no prepared call is kept (it would only hold the temporary alive). Small work
+    is written at once by the evaluator of small work (``eager.assign``: the policy).
     """
+    if eager.assign(dst, e, saver):
+        return
     p = e.prepared
     if (p is not None and p[0] is dst and p[1] == saver and p[2] == _expr.EPOCH
             and not counters.DEBUG):
