@@ -614,3 +614,26 @@ def test_a_one_term_product_is_one_blas_call_with_each_product_s_bits(rows, cols
     np.testing.assert_array_equal(got, want)
     if real is not None and blas._operands(a, b, out) is not None:  # CBLAS reads them
         assert len(calls) == 1 and calls[0][-2:] == (rows, cols), calls
+
+
+@pytest.mark.parametrize("given_out", [False, True])
+def test_a_batch_of_rows_times_a_matrix_is_one_product(monkeypatch, given_out):
+    """``a`` (..., m, k) C-ordered times one matrix -- a linear layer on (batch, time,
+    features) -- is one 2-D product of all of ``a``'s rows, not one per leading index:
+    NumPy's values, written into ``out`` when one is given."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 40, 64)).astype(np.float32)
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    products = []
+    real = blas.matmul
+
+    def counted(x, y, out=None):
+        products.append(x.shape)
+        return real(x, y, out)
+
+    monkeypatch.setattr(blas, "matmul", counted)
+    out = np.empty((3, 40, 32), np.float32) if given_out else None
+    got = real(a, w.T, out)
+    np.testing.assert_allclose(got, np.matmul(a, w.T), rtol=1e-5, atol=1e-5)
+    assert got.shape == (3, 40, 32) and (out is None or got is out)
+    assert products == [(120, 64)]
