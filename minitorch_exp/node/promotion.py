@@ -81,24 +81,3 @@ def cast_operands(op, args: tuple, astype) -> tuple:
         return args
     return args[:first] + tuple(x if getattr(x, "dtype", target) == target else astype(x, target)
                                 for x in args[first:])
-
-
-def needs_cast(args: tuple) -> bool:
-    """False in the everyday case, which promotion cannot change: every tensor operand
-    of one float dtype, the rest Python numbers (a Python number never raises the
-    float category). True for a NumPy array, which must become a constant first."""
-    dtype = None
-    for a in args:
-        t = type(a)
-        if t is float or t is int or t is bool:
-            continue
-        d = None if t is np.ndarray else getattr(getattr(a, "_value", a), "dtype", None)
-        if d is None:
-            return True
-        if dtype is None:
-            if d.kind != "f":
-                return True
-            dtype = d
-        elif d is not dtype and d != dtype:
-            return True
-    return False
