@@ -76,6 +76,9 @@ def _grads(ctx, g: Node, out: Node) -> tuple:
     """The inputs' gradients of the call ``ctx`` (whose output is ``out``), as Nodes:
     by its rule here, or by the Function's own ``graph_backward`` (a PyTorch-style
     ``autograd.Function``, whose backward computes with tensor operations)."""
+    if ctx.fn.backward_on_nodes:  # written with the surface Nodes share: run as is
+        grads = ctx.fn.backward(ctx, g)
+        return grads if isinstance(grads, tuple) else (grads,)
     graph_backward = getattr(ctx.fn, "graph_backward", None)
     if graph_backward is not None:
         grads = graph_backward(ctx, g, out)
@@ -171,16 +174,5 @@ RULES = {
     ops.Linear: _linear,
     ops.SoftmaxCrossEntropy: _softmax_cross_entropy,
     ops.Expand: lambda ctx, g: (sum_to(g, ctx.attrs["in_shape"]),),
-    ops.Reshape: lambda ctx, g: (ops.reshape(g, ctx.attrs["in_shape"]),),
-    ops.Permute: lambda ctx, g: (ops.permute(g, *_inverse(ctx.attrs["dims"])),),
-    ops.AsType: lambda ctx, g: (ops.astype(g, ctx.attrs["in_dtype"]),),
-    ops.Clone: lambda ctx, g: (g,),
     ops.Cat: lambda ctx, g: tuple(ops.getitem(g, index) for index in ctx.attrs["bounds"]),
 }
-
-
-def _inverse(dims) -> tuple:
-    inverse = [0] * len(dims)
-    for i, d in enumerate(dims):
-        inverse[d] = i
-    return tuple(inverse)

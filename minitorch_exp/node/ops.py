@@ -191,6 +191,8 @@ class Reshape(_Op):
 
     lazy = True
 
+    backward_on_nodes = True
+
     @staticmethod
     def forward(ctx, x, shape):
         ctx.attrs["in_shape"] = x.shape
@@ -238,6 +240,8 @@ def flatten(x: Node, start_dim: int = 0, end_dim: int = -1) -> Node:
 class Permute(_Op):
     lazy = True
     transposes_products = True
+
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, x, dims):
@@ -553,6 +557,8 @@ def stack(nodes, axis: int = 0) -> Node:
 # ---- copies and devices --------------------------------------------------------
 
 class Clone(Function):
+    backward_on_nodes = True
+
     @staticmethod
     def forward(ctx, x):
         return evaluate_copy(realize(x))
@@ -585,6 +591,8 @@ class AsType(_Op):
     """Convert each element (fuses like a map); backward converts the gradient back."""
 
     lazy = True
+
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, x, dtype):

@@ -495,3 +495,18 @@ def _layer_cases():
 def test_normalizations_losses_and_activations_pass_gradgradcheck(what):
     fn, args = _layer_cases()[what]
     assert mt.autograd.gradgradcheck(fn, args)
+
+
+def test_a_backward_written_with_the_shared_surface_is_the_only_rule():
+    """Views, casts and clones differentiate twice by their own backward, run on the
+    gradient Node: no second body (no ``RULES`` entry, no ``graph_backward``)."""
+    from minitorch_exp.node import higher_order, ops
+
+    one_body = [c for c in (ops.Reshape, ops.Permute, ops.AsType, ops.Clone)
+                if c.backward_on_nodes]
+    assert len(one_body) == 4
+    for cls in one_body:
+        assert cls not in higher_order.RULES and not hasattr(cls, "graph_backward")
+    x = leaf(np.random.default_rng(4).standard_normal((2, 3)))
+    fn = lambda x: (x.clone().permute(1, 0).reshape(2, 3).astype(np.float64) * x).sin()  # noqa: E731
+    assert mt.autograd.gradgradcheck(fn, [x])
