@@ -7,12 +7,14 @@ import math
 import numpy as np
 
 from . import capture, dtypes
-from .device import as_device
+from .caches import memo_table
+from .device import CPU, as_device
 from .generator import Generator
 from .layout import check_shape, contiguous, normalize_shape
 from .storage import Storage
 from .tensor import Tensor, from_array
 
+_LAYOUTS = memo_table("creation.layouts", 4096)  # shape -> its contiguous Layout
 _generator = {"rng": Generator()}
 _generator["rng"].seed()  # the default stream starts unseeded, from the OS's entropy
 
@@ -61,9 +63,13 @@ def empty(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
 
 
 def new_empty(shape: tuple, dtype, device) -> Tensor:
-    """An uninitialized contiguous tensor; arguments already normalized (the engine's path)."""
-    data = device.xp.empty(math.prod(shape), dtype=dtype)
-    return Tensor(Storage(data, device), contiguous(shape))
+    """An uninitialized contiguous tensor; arguments already normalized (the engine's path,
+    which makes one for every temporary and first ``.grad``: its layout is memoized)."""
+    data = (np if device is CPU else device.xp).empty(math.prod(shape), dtype=dtype)
+    layout = _LAYOUTS.get(shape)
+    if layout is None:
+        layout = _LAYOUTS.keep(shape, contiguous(shape))
+    return Tensor(Storage(data, device), layout)
 
 
 def zeros(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
