@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 
-from ..tensor.layout import broadcast_axes
 from ..tensor.ops import OPS
 from . import ops
 from .backward import topological_order
@@ -77,7 +76,7 @@ def _grads(ctx, g: Node, out: Node) -> tuple:
     by its rule here, or by the Function's own ``graph_backward`` (a PyTorch-style
     ``autograd.Function``, whose backward computes with tensor operations)."""
     if ctx.fn.backward_on_nodes:  # written with the surface Nodes share: run as is
-        grads = ctx.fn.backward(ctx, g)
+        grads = ctx.fn.backward(_OnNodes(ctx, out), g)
         return grads if isinstance(grads, tuple) else (grads,)
     graph_backward = getattr(ctx.fn, "graph_backward", None)
     if graph_backward is not None:
@@ -96,11 +95,32 @@ def _rule(ctx):
     return rule
 
 
-def sum_to(g: Node, shape: tuple) -> Node:
-    """``g`` summed over the axes broadcasting added to ``shape``, as a Node."""
-    if g.shape == tuple(shape):
-        return g
-    return ops.reshape(ops.sum(g, broadcast_axes(shape, g.shape), keepdims=True), shape)
+class _OnNodes:
+    """A Context as a backward run on Nodes sees it: each saved tensor is the graph's
+    own Node -- the input, or the output, whose value it is -- so that gradients through
+    it are recorded; the rest is the Context's."""
+
+    __slots__ = ("_ctx", "_nodes")
+
+    def __init__(self, ctx, out: Node):
+        self._ctx = ctx
+        self._nodes = [x for x in ctx.inputs if isinstance(x, Node)] + [out]
+
+    @property
+    def saved_tensors(self) -> tuple:
+        return tuple(self._node_of(v) for v in self._ctx.saved_tensors)
+
+    def _node_of(self, value) -> Node:
+        for node in self._nodes:
+            held = node.__exp__()
+            if value is held or getattr(held, "realized", None) is value:
+                return node
+        raise RuntimeError(f"create_graph: {self._ctx.name}.backward reads a saved tensor "
+                           "that is neither an input nor the output, so its dependence "
+                           "on the inputs cannot be recorded")
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
 
 
 # ---- each Function's rule on Nodes ------------------------------------------------------
@@ -110,7 +130,7 @@ def _elementwise(ctx, g):
     args = ctx.inputs
     out = ops.elementwise(row.name, *args)  # recomputed: the rule may read its output
     grads = row.gradients(g, out, tuple(args), ctx.needs_input_grad)
-    return tuple(r if r is None or not isinstance(a, Node) else sum_to(_node(r, g), a.shape)
+    return tuple(r if r is None or not isinstance(a, Node) else ops.sum_to(_node(r, g), a.shape)
                  for r, a in zip(grads, args))
 
 
@@ -136,19 +156,6 @@ def _reduction(ctx, g):
     return (ops.elementwise("where", hit, spread / ties, 0.0),)
 
 
-def _matmul(ctx, g):
-    a, b = ctx.inputs
-    a2 = ops.reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
-    b2 = ops.reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
-    g2 = ops.reshape(g, ops._matmul_out_shape(a2.shape, b2.shape))
-    ga = gb = None
-    if ctx.needs_input_grad[0]:
-        ga = ops.reshape(sum_to(ops.matmul(g2, ops.transpose(b2, -1, -2)), a2.shape), a.shape)
-    if ctx.needs_input_grad[1]:
-        gb = ops.reshape(sum_to(ops.matmul(ops.transpose(a2, -1, -2), g2), b2.shape), b.shape)
-    return ga, gb
-
-
 def _linear(ctx, g):
     x, weight = ctx.inputs[:2]
     needs = ctx.needs_input_grad
@@ -170,9 +177,7 @@ def _softmax_cross_entropy(ctx, g):
 RULES = {
     ops.Elementwise: _elementwise,
     "reduction": _reduction,
-    ops.MatMul: _matmul,
     ops.Linear: _linear,
     ops.SoftmaxCrossEntropy: _softmax_cross_entropy,
-    ops.Expand: lambda ctx, g: (sum_to(g, ctx.attrs["in_shape"]),),
     ops.Cat: lambda ctx, g: tuple(ops.getitem(g, index) for index in ctx.attrs["bounds"]),
 }

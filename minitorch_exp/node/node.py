@@ -607,7 +607,7 @@ def install_methods(ops) -> None:
         if op.builtin and op.operator is not None:
             _install_operator(op, ops)
     for name in ("logsumexp", "softmax", "log_softmax", "reshape", "view", "squeeze",
-                 "unsqueeze", "flatten", "permute", "transpose", "expand", "astype"):
+                 "unsqueeze", "flatten", "permute", "transpose", "expand", "astype", "sum_to"):
         setattr(Node, name, getattr(ops, name))
     Node.broadcast_to = ops.expand
     Node.__getitem__ = ops.getitem

@@ -27,6 +27,7 @@ from ..tensor.engine import (
 )
 from ..tensor.expr import Dot, Exp, Reduce, apply_op
 from ..tensor.layout import (
+    broadcast_axes,
     broadcast_shapes,
     infer_shape,
     normalize_axes,
@@ -168,6 +169,7 @@ class Expand(_Op):
     """Broadcast to a larger shape (stride 0); backward sums over the broadcast axes."""
 
     lazy = True
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, x, shape):
@@ -176,7 +178,7 @@ class Expand(_Op):
 
     @staticmethod
     def backward(ctx, g):
-        return (eager.sum_to(g, ctx.attrs["in_shape"]),)
+        return (g.sum_to(ctx.attrs["in_shape"]),)
 
 
 def expand(x: Node, *shape) -> Node:
@@ -201,6 +203,15 @@ class Reshape(_Op):
     @staticmethod
     def backward(ctx, g):
         return (g.reshape(ctx.attrs["in_shape"]),)
+
+
+def sum_to(x: Node, shape) -> Node:
+    """``x`` summed over the axes broadcasting added to ``shape`` (an expand's gradient;
+    the Tensor level's spelling, so that a rule written with it serves both levels)."""
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    return reshape(FUNCTIONS["sum"](x, broadcast_axes(shape, x.shape), keepdims=True), shape)
 
 
 def reshape(x: Node, *shape) -> Node:
@@ -440,6 +451,8 @@ def softmax_cross_entropy(logits: Node, q) -> Node:
 class MatMul(Function):
     """``a @ b`` with NumPy's rules for 1-D, 2-D and batched operands."""
 
+    backward_on_nodes = True
+
     @staticmethod
     def forward(ctx, a, b):
         a, b = realize(a), realize(b)
@@ -454,9 +467,9 @@ class MatMul(Function):
         g2 = g.reshape(_matmul_out_shape(a2.shape, b2.shape))
         ga = gb = None
         if ctx.needs_input_grad[0]:
-            ga = Dot(g2, b2.transpose(-1, -2)).sum_to(a2.shape).reshape(a.shape)
+            ga = (g2 @ b2.transpose(-1, -2)).sum_to(a2.shape).reshape(a.shape)
         if ctx.needs_input_grad[1]:
-            gb = Dot(a2.transpose(-1, -2), g2).sum_to(b2.shape).reshape(b.shape)
+            gb = (a2.transpose(-1, -2) @ g2).sum_to(b2.shape).reshape(b.shape)
         return ga, gb
 
 

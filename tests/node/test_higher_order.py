@@ -498,15 +498,42 @@ def test_normalizations_losses_and_activations_pass_gradgradcheck(what):
 
 
 def test_a_backward_written_with_the_shared_surface_is_the_only_rule():
-    """Views, casts and clones differentiate twice by their own backward, run on the
-    gradient Node: no second body (no ``RULES`` entry, no ``graph_backward``)."""
+    """Views, casts, clones and matrix products differentiate twice by their own
+    backward, run on the gradient Node with their saved tensors seen as the input
+    Nodes: no second body (no ``RULES`` entry, no ``graph_backward``)."""
     from minitorch_exp.node import higher_order, ops
 
-    one_body = [c for c in (ops.Reshape, ops.Permute, ops.AsType, ops.Clone)
-                if c.backward_on_nodes]
-    assert len(one_body) == 4
+    one_body = [c for c in (ops.Reshape, ops.Permute, ops.AsType, ops.Clone, ops.Expand,
+                            ops.MatMul) if c.backward_on_nodes]
+    assert len(one_body) == 6
     for cls in one_body:
         assert cls not in higher_order.RULES and not hasattr(cls, "graph_backward")
     x = leaf(np.random.default_rng(4).standard_normal((2, 3)))
     fn = lambda x: (x.clone().permute(1, 0).reshape(2, 3).astype(np.float64) * x).sin()  # noqa: E731
     assert mt.autograd.gradgradcheck(fn, [x])
+
+
+def test_a_one_body_backward_reading_an_intermediate_is_refused_by_name():
+    """A ``backward_on_nodes`` Function whose backward reads a tensor made inside its
+    forward (neither an input nor the output) cannot record that tensor's dependence on
+    the inputs: ``create_graph`` names it instead of treating it as a constant."""
+    class Cube(mt.Function):
+        backward_on_nodes = True
+
+        @staticmethod
+        def forward(ctx, x):
+            square = x * x
+            ctx.save_for_backward(square)
+            return square * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (square,) = ctx.saved_tensors
+            return (g * square * 3,)
+
+    x = leaf([1.0, 2.0])
+    y = Cube.apply(x).sum()
+    np.testing.assert_allclose(mt.autograd.grad(y, x, retain_graph=True)[0].numpy(), [3, 12])
+    with pytest.raises(RuntimeError, match="Cube.backward reads a saved tensor that is "
+                                           "neither an input nor the output"):
+        mt.autograd.grad(y, x, create_graph=True)
