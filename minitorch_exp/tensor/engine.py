@@ -299,7 +299,6 @@ def _fused(e: Exp):
     return e.realized
 
 
-eager.realize = realize  # what eager.py computes an expression by (it cannot import us)
 
 
 def evaluate_copy(t):
@@ -370,3 +369,9 @@ def _check_assign(dst, e: Exp, saver: str) -> None:
     if saver == "-=" and dst.dtype.kind == "b":
         raise TypeError("assign (-=): cannot subtract from a bool tensor (NumPy refuses "
                         "boolean subtract); use a numeric tensor")
+
+
+# What the core types and the evaluator of small work reach the engine by: they are
+# what it is built on, so they cannot import it.
+_expr.ENGINE.evaluate, _expr.ENGINE.assign = evaluate, assign
+_expr.ENGINE.evaluate_copy, _expr.ENGINE.realize = evaluate_copy, realize

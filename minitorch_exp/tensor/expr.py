@@ -41,6 +41,16 @@ from .tokens import TREE, TreeToken, leaf_tokens, opaque_token
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
 
+class _Engine:
+    """The engine's entry points, installed by tensor/engine.py when it is imported. The
+    engine is built on this module and on tensor.py, so they reach it through here
+    rather than import it (tensor/__init__.py imports the engine with the package)."""
+
+    evaluate = assign = evaluate_copy = realize = None
+
+
+ENGINE = _Engine()
+
 #: Goes up whenever an existing tree may start to evaluate differently: a node is
 #: realized (it is then read as its remembered tensor) or an op is unregistered.
 #: A prepared assignment (engine.py) is reused only while it is unchanged.
@@ -215,8 +225,7 @@ class Exp:
     # ---- evaluation ---------------------------------------------------------
     def eval(self):
         """Materialize into a new Tensor (one fused pass where the tree allows)."""
-        from .engine import evaluate
-        return evaluate(self)
+        return ENGINE.evaluate(self)
 
     def numpy(self) -> np.ndarray:
         return self.eval().numpy()

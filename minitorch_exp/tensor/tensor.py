@@ -10,7 +10,7 @@ import numpy as np
 from . import capture, dtypes
 from . import layout as L
 from .device import CPU, Device, as_device
-from .expr import RVALUE, Exp, Map, as_exp
+from .expr import ENGINE, RVALUE, Exp, Map, as_exp
 from .storage import Storage
 
 
@@ -159,7 +159,7 @@ class Tensor(Exp):
         return self
 
     def clone(self) -> Tensor:
-        return engine.evaluate_copy(self)
+        return ENGINE.evaluate_copy(self)
 
     def contiguous(self) -> Tensor:
         return self if self.is_contiguous() else self.clone()
@@ -234,7 +234,7 @@ class Tensor(Exp):
 
     def __setitem__(self, key, value):
         if key is Ellipsis and type(value) is Map:
-            return engine.assign(self, value)  # ``w[...] = expression``: nothing to convert
+            return ENGINE.assign(self, value)  # ``w[...] = expression``: nothing to convert
         dst = self if key is Ellipsis else self[key]
         if not isinstance(dst, Tensor) or dst.storage is not self.storage:
             raise IndexError("cannot assign through integer-array or boolean-mask indexing "
@@ -245,23 +245,23 @@ class Tensor(Exp):
         value = as_exp(value) if not isinstance(value, (list, tuple)) else tensor(value)
         if value.kind == RVALUE and value.device != dst.device:
             value = value.to(dst.device)  # data from another device: copied over, as torch does
-        engine.assign(dst, value)
+        ENGINE.assign(dst, value)
 
     # ---- savers: in-place operators write straight into this tensor ----------
     def __iadd__(self, other):
-        engine.assign(self, as_exp(other), "+=")
+        ENGINE.assign(self, as_exp(other), "+=")
         return self
 
     def __isub__(self, other):
-        engine.assign(self, as_exp(other), "-=")
+        ENGINE.assign(self, as_exp(other), "-=")
         return self
 
     def __imul__(self, other):
-        engine.assign(self, as_exp(other), "*=")
+        ENGINE.assign(self, as_exp(other), "*=")
         return self
 
     def __itruediv__(self, other):
-        engine.assign(self, as_exp(other), "/=")
+        ENGINE.assign(self, as_exp(other), "/=")
         return self
 
 
@@ -393,7 +393,3 @@ def tensor(data, dtype=None, device="cpu") -> Tensor:
         arr = device.xp.asarray(arr)
     return from_array(arr, device)
 
-
-# Bound last: engine.py imports this module, so it is imported once Tensor exists
-# (``from . import`` also resolves when engine.py is the one being imported first).
-from . import engine  # noqa: E402
