@@ -7,14 +7,12 @@ import math
 import numpy as np
 
 from . import capture, dtypes
-from .caches import memo_table
 from .device import CPU, as_device
 from .generator import Generator
 from .layout import check_shape, contiguous, normalize_shape
 from .storage import Storage
 from .tensor import Tensor, from_array
 
-_LAYOUTS = memo_table("creation.layouts", 4096)  # shape -> its contiguous Layout
 _generator = {"rng": Generator()}
 _generator["rng"].seed()  # the default stream starts unseeded, from the OS's entropy
 
@@ -64,12 +62,9 @@ def empty(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:
 
 def new_empty(shape: tuple, dtype, device) -> Tensor:
     """An uninitialized contiguous tensor; arguments already normalized (the engine's path,
-    which makes one for every temporary and first ``.grad``: its layout is memoized)."""
+    which makes one for every temporary and first ``.grad``)."""
     data = (np if device is CPU else device.xp).empty(math.prod(shape), dtype=dtype)
-    layout = _LAYOUTS.get(shape)
-    if layout is None:
-        layout = _LAYOUTS.keep(shape, contiguous(shape))
-    return Tensor(Storage(data, device), layout)
+    return Tensor(Storage(data, device), contiguous(shape))
 
 
 def zeros(*shape, dtype=dtypes.float32, device="cpu") -> Tensor:

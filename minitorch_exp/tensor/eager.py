@@ -42,7 +42,7 @@ from .caches import memo_table
 from .cpu_numpy import SAVER_UFUNCS
 from .device import CPU
 from .expr import ENGINE, Cast, Dot, Exp, Map, Reduce, Scalar, ViewExp, apply_op, as_exp
-from .layout import Layout, broadcast_axes, broadcast_shapes, contiguous
+from .layout import CONTIGUOUS, Layout, broadcast_axes, broadcast_shapes, contiguous
 from .ops import OPS, REDUCTIONS, SAVER_ROWS, OpDef, ReduceDef, user_result
 from .plan import NotElementwise, make_plan
 from .tensor import Tensor
@@ -80,7 +80,6 @@ NUMBERS = (int, float, bool)  # Python numbers, weak in dtype promotion as in Nu
 _WEAK = {float: 1.0, int: 1, bool: True}  # what a Python number is to dtype promotion
 #: (op name, each operand's dtype or Python type) -> the registry's result dtype
 _DTYPES = memo_table("eager.dtypes", 4096)
-_LAYOUTS = memo_table("eager.layouts", 4096)  # shape -> its contiguous Layout
 _BROADCASTS = memo_table("eager.broadcasts", 4096)  # two operands' shapes -> the result's
 _SUM = REDUCTIONS["sum"]
 _FOLDS = memo_table("eager.folds", 256)  # (reduction, dtype) -> _how_to_fold's answer
@@ -186,9 +185,9 @@ def apply(row: OpDef, values) -> Tensor | None:
             result = result.astype(dtype)
     if not result.flags.c_contiguous:
         return wrap(result)
-    layout = _LAYOUTS.get(result.shape)  # wrap, spelled out for the everyday result
+    layout = CONTIGUOUS.get(result.shape)  # wrap, spelled out for the everyday result
     if layout is None:
-        layout = _LAYOUTS.keep(result.shape, contiguous(result.shape))
+        layout = contiguous(result.shape)
     return Tensor.owning(result.ravel(), result, layout)
 
 
@@ -242,9 +241,9 @@ def wrap(arr) -> Tensor:
         arr = np.asarray(arr)
     if arr.flags.c_contiguous:  # the everyday result, first: every gradient is wrapped
         shape = arr.shape
-        layout = _LAYOUTS.get(shape)
+        layout = CONTIGUOUS.get(shape)
         if layout is None:
-            layout = _LAYOUTS.keep(shape, contiguous(shape))
+            layout = contiguous(shape)
         return Tensor.owning(arr.ravel(), arr, layout)
     if arr.flags.f_contiguous:  # ops on transposed tensors keep their operands' order
         layout = Layout(arr.shape, tuple([s // arr.itemsize for s in arr.strides]))

@@ -14,6 +14,8 @@ import math
 import operator
 from typing import NamedTuple
 
+from .caches import memo_table
+
 Shape = tuple[int, ...]
 Strides = tuple[int, ...]
 
@@ -45,8 +47,20 @@ def contiguous_strides(shape: Shape) -> Strides:
     return tuple(reversed(strides))
 
 
+#: shape -> its row-major Layout at offset 0. A Layout is an immutable value, so one per
+#: shape serves every tensor; the evaluator of small work makes a tensor per op, and
+#: reads this table inline (tensor/eager.py).
+CONTIGUOUS = memo_table("layout.contiguous", 4096)
+
+
 def contiguous(shape: Shape, offset: int = 0) -> Layout:
-    return Layout(tuple(shape), contiguous_strides(shape), offset)
+    shape = tuple(shape)
+    if offset:
+        return Layout(shape, contiguous_strides(shape), offset)
+    layout = CONTIGUOUS.get(shape)
+    if layout is None:
+        layout = CONTIGUOUS.keep(shape, Layout(shape, contiguous_strides(shape), 0))
+    return layout
 
 
 def is_contiguous(shape: Shape, strides: Strides) -> bool:
