@@ -23,6 +23,7 @@ from ..node import gradcheck as _gradcheck
 from ..node.anomaly import detect_anomaly
 from ..node.backward import topological_order
 from ..node.grad_mode import enable_grad, no_grad
+from ..node.higher_order import graph_gradients, saved_node
 from ..node.node import ones_like, zeros_like
 from ..node.ops import cat
 from ..tensor.expr import Exp
@@ -75,23 +76,19 @@ class _GraphCtx(_Ctx):
     """``_Ctx`` for ``graph_backward``: a saved tensor that is an input's or the output's
     value comes back as that Node, so gradients through it are recorded."""
 
-    __slots__ = ("_nodes",)
+    __slots__ = ("_out",)
 
     def __init__(self, ctx, out: Node):
         super().__init__(ctx)
-        nodes = [x for x in ctx.inputs if isinstance(x, Node)] + [out]
-        object.__setattr__(self, "_nodes", nodes)
+        object.__setattr__(self, "_out", out)
 
     @property
     def saved_tensors(self) -> tuple:
         return tuple(self._graph_node(v) for v in self._ctx.saved_tensors)
 
     def _graph_node(self, value):
-        for node in self._nodes:
-            held = node.__exp__()
-            if value is held or getattr(value, "realized", None) is held:
-                return node
-        return _node_of(value)
+        node = saved_node(self._ctx, self._out, value)
+        return _node_of(value) if node is None else node  # else a constant, as in PyTorch
 
 
 def _single(out, name: str):
@@ -238,7 +235,6 @@ def _leaf_grad(outputs, inputs, grad_outputs, retain_graph) -> tuple:
 
 def _graph_grad(outputs, inputs, grad_outputs) -> tuple:
     """``grad(create_graph=True)``: every gradient a Node recorded in the graph."""
-    from ..node.higher_order import graph_gradients
     seeds = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     seeds = [_seed(out, g) for out, g in zip(outputs, seeds, strict=True)]
     found = graph_gradients(outputs, seeds)

@@ -95,29 +95,39 @@ def _rule(ctx):
     return rule
 
 
+def saved_node(ctx, out: Node, value) -> Node | None:
+    """The graph's own Node whose value a tensor ``ctx`` saved is -- one of its inputs,
+    or its output ``out`` (held lazy, or computed since) -- or None."""
+    for node in (*ctx.inputs, out):
+        if isinstance(node, Node):
+            held = node.__exp__()
+            if (value is held or getattr(held, "realized", None) is value
+                    or getattr(value, "realized", None) is held):
+                return node
+    return None
+
+
 class _OnNodes:
     """A Context as a backward run on Nodes sees it: each saved tensor is the graph's
-    own Node -- the input, or the output, whose value it is -- so that gradients through
-    it are recorded; the rest is the Context's."""
+    own Node (``saved_node``), so that gradients through it are recorded; the rest is
+    the Context's."""
 
-    __slots__ = ("_ctx", "_nodes")
+    __slots__ = ("_ctx", "_out")
 
     def __init__(self, ctx, out: Node):
-        self._ctx = ctx
-        self._nodes = [x for x in ctx.inputs if isinstance(x, Node)] + [out]
+        self._ctx, self._out = ctx, out
 
     @property
     def saved_tensors(self) -> tuple:
         return tuple(self._node_of(v) for v in self._ctx.saved_tensors)
 
     def _node_of(self, value) -> Node:
-        for node in self._nodes:
-            held = node.__exp__()
-            if value is held or getattr(held, "realized", None) is value:
-                return node
-        raise RuntimeError(f"create_graph: {self._ctx.name}.backward reads a saved tensor "
-                           "that is neither an input nor the output, so its dependence "
-                           "on the inputs cannot be recorded")
+        node = saved_node(self._ctx, self._out, value)
+        if node is None:
+            raise RuntimeError(f"create_graph: {self._ctx.name}.backward reads a saved "
+                               "tensor that is neither an input nor the output, so its "
+                               "dependence on the inputs cannot be recorded")
+        return node
 
     def __getattr__(self, name):
         return getattr(self._ctx, name)
