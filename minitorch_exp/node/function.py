@@ -203,9 +203,10 @@ class Function:
     #: A backward that only transposes its gradient may receive an unevaluated matrix
     #: product: ``(A @ B).T`` becomes ``B.T @ A.T``, written by BLAS in the right layout.
     transposes_products = False
-    #: True: ``backward`` reads no saved tensor and uses only methods Nodes share with
-    #: expressions (``reshape``, ``permute``, ``astype``...), so with ``create_graph`` it
-    #: runs as written on the gradient Node (node/higher_order.py): one body for both.
+    #: True: ``backward`` uses only methods Nodes share with expressions (``reshape``,
+    #: ``@``, ``sum_to``...) and saves only its inputs or output, so with ``create_graph``
+    #: it runs as written on the gradient Node, each saved tensor read as the Node it is
+    #: (node/higher_order.py): one body for both levels.
     backward_on_nodes = False
 
     @classmethod

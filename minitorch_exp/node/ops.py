@@ -66,8 +66,6 @@ class Elementwise(Function):
     gradient back to its operand's shape.
     """
 
-    lazy = True
-
     @classmethod
     def apply(cls, *args, op: str) -> Node:
         values, needs, known, dtype = [], [], {}, None

@@ -68,8 +68,6 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
     so no prepared call is kept (it would only hold the temporary alive). Small work
     is written at once by the evaluator of small work (``eager.assign``: the policy).
     """
-    if eager.assign(dst, e, saver):
-        return
     p = e.prepared
     if (p is not None and p[0] is dst and p[1] == saver and p[2] == _expr.EPOCH
             and not counters.DEBUG):
@@ -79,6 +77,8 @@ def assign(dst, e: Exp, saver: str = "=", *, prepare: bool = True) -> None:
         fn(*args)
         if capture.active() is not None:
             _record((fn, args), None, (), [dst], "fused")
+        return
+    if eager.assign(dst, e, saver):
         return
     maybe_elementwise = e.kind != COMPLEX
     if maybe_elementwise and type(e) is not Scalar and type(dst) is Tensor \
@@ -297,8 +297,6 @@ def _fused(e: Exp):
     if e.realized is None:
         _expr.set_realized(e, evaluate(e))
     return e.realized
-
-
 
 
 def evaluate_copy(t):

@@ -41,6 +41,7 @@ from .tokens import TREE, TreeToken, leaf_tokens, opaque_token
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
 
+
 class _Engine:
     """The engine's entry points, installed by tensor/engine.py when it is imported. The
     engine is built on this module and on tensor.py, so they reach it through here
