@@ -160,10 +160,20 @@ def _relu(x, out=None):
 
 
 def _sigmoid(x, out=None):
-    # exp(-|x|) never overflows; choose the algebraically equal form by sign.
-    e = np.exp(-np.abs(x))
-    num = np.where(np.asarray(x) >= 0, 1, e)
-    return np.divide(num, 1 + e, out=out, casting="unsafe")
+    """``1 / (1 + e)`` where ``x >= 0``, else ``e / (1 + e)``, with ``e = exp(-|x|)``, which
+    never overflows: the kernels' two forms. The numerator is ``max(e, x >= 0)``, as ``e``
+    is at most 1; NaN stays NaN. A third less time than selecting it with ``np.where``
+    (docs/eager.md, "Rows NumPy runs slowly")."""
+    if type(x) is not np.ndarray or not x.ndim or x.dtype.kind != "f":
+        e = np.exp(-np.abs(x))
+        return np.divide(np.where(np.asarray(x) >= 0, 1, e), 1 + e, out=out, casting="unsafe")
+    e = np.abs(x)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    num = np.greater_equal(x, 0).astype(x.dtype)
+    np.maximum(num, e, out=num)
+    e += 1
+    return np.divide(num, e, out=out, casting="unsafe")
 
 
 def _clip(x, lo, hi, out=None):
