@@ -285,12 +285,6 @@ def reshape_strides(shape: Shape, strides: Strides, new_shape: Shape) -> Strides
     return tuple(out)
 
 
-def slice_dim(n: int, s: slice) -> tuple[int, int, int]:
-    """(start, length, step) of ``range(n)[s]``, the way Python and NumPy clip slices."""
-    start, stop, step = s.indices(n)
-    return start, len(range(start, stop, step)), step
-
-
 def index_layout(layout: Layout, key) -> Layout:
     """Apply basic indexing (ints, slices, None, Ellipsis) to a layout.
 
@@ -298,6 +292,39 @@ def index_layout(layout: Layout, key) -> Layout:
     """
     if not isinstance(key, tuple):
         key = (key,)
+    if None in key or Ellipsis in key:
+        key = _expand_index(layout, key)
+    elif len(key) > layout.ndim:
+        raise IndexError(
+            f"too many indices: tensor has {layout.ndim} dims but {len(key)} were indexed")
+    shape: list[int] = []
+    strides: list[int] = []
+    offset = layout.offset
+    dim = 0
+    for k in key:
+        if k is None:
+            shape.append(1)
+            strides.append(0)
+            continue
+        n, s = layout.shape[dim], layout.strides[dim]
+        if type(k) is slice:
+            start, stop, step = k.indices(n)
+            length = len(range(start, stop, step))
+            if length:
+                offset += start * s
+            shape.append(length)
+            strides.append(s * step)
+        else:
+            i = operator.index(k)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of range for dim {dim} with size {n}")
+            offset += (i % n) * s
+        dim += 1
+    return Layout((*shape, *layout.shape[dim:]), (*strides, *layout.strides[dim:]), offset)
+
+
+def _expand_index(layout: Layout, key: tuple) -> tuple:
+    """``key`` with its Ellipsis (if any) spelled out as full slices."""
     n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
     if sum(1 for k in key if k is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -311,31 +338,7 @@ def index_layout(layout: Layout, key) -> Layout:
             expanded.extend([slice(None)] * (layout.ndim - n_real))
         else:
             expanded.append(k)
-    if Ellipsis not in key:
-        expanded.extend([slice(None)] * (layout.ndim - n_real))
-    shape: list[int] = []
-    strides: list[int] = []
-    offset = layout.offset
-    dim = 0
-    for k in expanded:
-        if k is None:
-            shape.append(1)
-            strides.append(0)
-            continue
-        n, s = layout.shape[dim], layout.strides[dim]
-        if isinstance(k, slice):
-            start, length, step = slice_dim(n, k)
-            if length:
-                offset += start * s
-            shape.append(length)
-            strides.append(s * step)
-        else:
-            i = operator.index(k)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of range for dim {dim} with size {n}")
-            offset += (i % n) * s
-        dim += 1
-    return Layout(tuple(shape), tuple(strides), offset)
+    return tuple(expanded)
 
 
 def extent(layout: Layout) -> tuple[int, int]:
