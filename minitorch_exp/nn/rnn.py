@@ -5,95 +5,26 @@ LSTM gates input, forget, cell, output; GRU gates reset, update, new), so a PyTo
 state dict loads one to one and gives the same outputs (tests/nn/test_rnn.py).
 
 A layer runs in two parts. The input projection of every time step is one product,
-``x @ W_ih.T + b_ih`` over the whole (T, B, in) sequence; then a Python loop over time
-does the recurrent product ``h @ W_hh.T + b_hh`` and the gate arithmetic, written as
-plain elementwise ops so that, above the fusion threshold, each step's gates fuse
-(``_lstm_step``). RNN, LSTM and GRU share the loop over layers, directions and steps
-(``RNNBase``); only the step function differs (``_STEPS``).
+``x @ W_ih.T + b_ih`` over the whole (T, B, in) sequence; then the recurrence over time,
+the recurrent product ``h @ W_hh.T + b_hh`` and the gate arithmetic of each step
+(nn/recurrence.py: each step as ops, and the whole sequence as one node). RNN, LSTM and
+GRU share the loop over layers and directions (``RNNBase``); only the step differs.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from typing import NamedTuple
 
 import numpy as np
 
 from ..node import ops
 from ..node.node import Node
-from ..node.views import chunk, unbind
 from ..tensor import creation
 from . import functional as F
 from . import init
 from .module import Module, Parameter
-
-
-class _Weights(NamedTuple):
-    """What a step reads besides its input: the recurrent weight and bias, and the LSTM's
-    projection ``W_hr`` (None without ``proj_size``)."""
-
-    hh: Node
-    b_hh: Node | None
-    hr: Node | None = None
-
-
-# ---- one time step of each kind: gx is the step's input projection, (B, gates * H) --------
-
-def _recurrent(h: Node, w: _Weights) -> Node:
-    return F.linear(h, w.hh, w.b_hh)
-
-
-def _tanh_step(gx: Node, h: Node, w: _Weights) -> Node:
-    return ops.tanh(gx + _recurrent(h, w))
-
-
-def _relu_step(gx: Node, h: Node, w: _Weights) -> Node:
-    return ops.relu(gx + _recurrent(h, w))
-
-
-def _lstm_step(gx: Node, state: tuple[Node, Node], w: _Weights) -> tuple[Node, Node]:
-    h, c = state
-    i, f, g, o = chunk(gx + _recurrent(h, w), 4, -1)
-    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-    c.realize()  # read by h and by the next step: one kernel, not recomputed in each
-    h = o.sigmoid() * c.tanh()
-    return (h if w.hr is None else F.linear(h, w.hr)), c
-
-
-def _gru_step(gx: Node, h: Node, w: _Weights) -> Node:
-    xr, xz, xn = chunk(gx, 3, -1)
-    hr, hz, hn = chunk(_recurrent(h, w), 3, -1)  # b_hn stays inside r * (.), as PyTorch's
-    r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
-    n = (xn + r * hn).tanh()
-    return n + z * (h - n)  # (1 - z) * n + z * h
-
-
-#: mode -> (gates, step)
-_STEPS = {"RNN_TANH": (1, _tanh_step), "RNN_RELU": (1, _relu_step),
-          "LSTM": (4, _lstm_step), "GRU": (3, _gru_step)}
-
-
-def _hidden(state):
-    """The hidden state ``h`` of a step's state (an LSTM's is ``(h, c)``)."""
-    return state[0] if isinstance(state, tuple) else state
-
-
-def _time_steps(gx: Node) -> list[Node]:
-    """``unbind(gx, 0)``: a view per time step (backward adds each step's gradient into
-    one buffer: backward.py ``_add_slice``)."""
-    return list(unbind(gx, 0))
-
-
-def _run(step, gx: Node, state, w: _Weights, reverse: bool):
-    """One direction over the sequence: gx (T, B, gates * H) -> (outputs (T, B, H), last state)."""
-    steps = _time_steps(gx)
-    hs = [None] * len(steps)
-    for t in reversed(range(len(hs))) if reverse else range(len(hs)):
-        state = step(steps[t], state, w)
-        hs[t] = _hidden(state)
-    return ops.stack(hs, 0), state
-
+from .recurrence import STEPS, Weights, run
 
 # ---- parameters -----------------------------------------------------------------------
 
@@ -123,8 +54,8 @@ def _project(module: Module, x: Node, suffix: str) -> Node:
                     getattr(module, "bias_ih" + suffix, None))
 
 
-def _step_weights(module: Module, suffix: str) -> _Weights:
-    return _Weights(getattr(module, "weight_hh" + suffix),
+def _step_weights(module: Module, suffix: str) -> Weights:
+    return Weights(getattr(module, "weight_hh" + suffix),
                     getattr(module, "bias_hh" + suffix, None),
                     getattr(module, "weight_hr" + suffix, None))
 
@@ -153,8 +84,8 @@ class RNNBase(Module):
                  bidirectional: bool = False, proj_size: int = 0, dtype=np.float32,
                  generator=None):
         super().__init__()
-        if mode not in _STEPS:
-            raise ValueError(f"unknown RNN mode {mode!r}; expected one of {sorted(_STEPS)}")
+        if mode not in STEPS:
+            raise ValueError(f"unknown RNN mode {mode!r}; expected one of {sorted(STEPS)}")
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"dropout should be a number in [0, 1], got {dropout}")
         if num_layers < 1 or hidden_size < 1:
@@ -169,7 +100,7 @@ class RNNBase(Module):
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
         self.num_layers, self.bias, self.batch_first = num_layers, bias, batch_first
         self.dropout, self.bidirectional, self.proj_size = float(dropout), bidirectional, proj_size
-        gates = _STEPS[mode][0]
+        gates = STEPS[mode][0]
         for layer in range(num_layers):
             size = input_size if layer == 0 else (proj_size or hidden_size) * self._directions
             for suffix in self._suffixes(layer):
@@ -229,7 +160,6 @@ class RNNBase(Module):
     def _layers(self, x: Node, hx):
         """Every layer and direction in turn: the output of the last layer, and each
         (layer, direction)'s final state stacked as h_n (and c_n)."""
-        _, step = _STEPS[self.mode]
         finals = []
         for layer in range(self.num_layers):
             if layer and self.training and self.dropout:
@@ -238,8 +168,8 @@ class RNNBase(Module):
             for d, suffix in enumerate(self._suffixes(layer)):
                 k = layer * self._directions + d
                 state = tuple(s[k] for s in hx) if isinstance(hx, tuple) else hx[k]
-                out, state = _run(step, _project(self, x, suffix), state,
-                                  _step_weights(self, suffix), reverse=d == 1)
+                out, state = run(self.mode, _project(self, x, suffix), state,
+                                 _step_weights(self, suffix), reverse=d == 1)
                 outs.append(out)
                 finals.append(state)
             x = outs[0] if len(outs) == 1 else ops.cat(outs, 2)
@@ -309,7 +239,7 @@ class RNNCellBase(Module):
         super().__init__()
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
         self.bias = bias
-        gates = _STEPS[mode][0]
+        gates = STEPS[mode][0]
         for name, p in _weights(gates, input_size, hidden_size, bias, 0, dtype).items():
             setattr(self, name, p)
         _reset(self, hidden_size, generator)
@@ -321,7 +251,7 @@ class RNNCellBase(Module):
         batched = input.ndim == 2
         x = input if batched else input.unsqueeze(0)
         state = self._initial_state(hx, x, batched)
-        state = _STEPS[self.mode][1](_project(self, x, ""), state, _step_weights(self, ""))
+        state = STEPS[self.mode][1](_project(self, x, ""), state, _step_weights(self, ""))
         if batched:
             return state
         return tuple(s.squeeze(0) for s in state) if isinstance(state, tuple) else state.squeeze(0)

@@ -28,9 +28,11 @@ from .grad_mode import enable_grad
 from .node import Node, ones_like
 
 
-def graph_gradients(roots: list, grads: list) -> dict:
+def graph_gradients(roots: list, grads: list, stop=frozenset()) -> dict:
     """``{node: d(sum of roots . grads)/d(node)}`` for every node reachable from
-    ``roots`` that requires grad, each gradient a Node in the graph."""
+    ``roots`` that requires grad, each gradient a Node in the graph; the walk does not
+    go past a node of ``stop`` (a Function that recomputes its forward from its inputs
+    needs their gradients only)."""
     pending: dict[Node, Node] = {}
     for root, g in zip(roots, grads):
         pending[root] = g if root not in pending else pending[root] + g
@@ -43,7 +45,7 @@ def graph_gradients(roots: list, grads: list) -> dict:
                 continue
             found[node] = g
             ctx = node.grad_fn
-            if ctx is None:
+            if ctx is None or node in stop:
                 continue
             if ctx.freed:
                 raise RuntimeError(f"create_graph through {ctx.name}: its saved values were "
