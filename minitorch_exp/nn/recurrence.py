@@ -24,6 +24,7 @@ derivatives are those of the steps above.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 from ..node import ops
@@ -125,6 +126,11 @@ def _states(state) -> tuple:
 
 # ---- the whole sequence as one node -------------------------------------------------------
 
+def _new(like, *shape):
+    """An uninitialized buffer of ``like``'s dtype and device."""
+    return creation.new_empty(shape, like.dtype, like.device)
+
+
 def _gate(t, k: int, size: int):
     """Gate ``k`` of the rows ``t`` (B, gates * size): a view."""
     return t[:, k * size:(k + 1) * size]
@@ -154,8 +160,7 @@ class Sequence(Function):
         size = h0.shape[-1]
         order = range(steps - 1, -1, -1) if reverse else range(steps)
 
-        def new(*shape):
-            return creation.new_empty(shape, x.dtype, x.device)
+        new = partial(_new, x)
 
         out = new(steps + lstm, batch, size)
         acts = new(steps, batch, width)  # the gates' activations (a GRU's r, z, n)
@@ -192,8 +197,7 @@ class Sequence(Function):
         order = range(steps) if reverse else range(steps - 1, -1, -1)  # forward's, reversed
         before = 1 if reverse else -1  # the step whose output is a step's previous state
 
-        def new(*shape):
-            return creation.new_empty(shape, x.dtype, x.device)
+        new = partial(_new, x)
 
         dout = new(*g.shape)  # each output's gradient, the recurrence's added in place
         dout[...] = g
