@@ -159,9 +159,7 @@ class Sequence(Function):
         steps, batch, width = x.shape
         size = h0.shape[-1]
         order = range(steps - 1, -1, -1) if reverse else range(steps)
-
         new = partial(_new, x)
-
         out = new(steps + lstm, batch, size)
         acts = new(steps, batch, width)  # the gates' activations (a GRU's r, z, n)
         cells = new(steps, batch, size) if lstm else None
@@ -196,9 +194,7 @@ class Sequence(Function):
         steps, batch, width = x.shape
         order = range(steps) if reverse else range(steps - 1, -1, -1)  # forward's, reversed
         before = 1 if reverse else -1  # the step whose output is a step's previous state
-
         new = partial(_new, x)
-
         dout = new(*g.shape)  # each output's gradient, the recurrence's added in place
         dout[...] = g
         dh0 = creation.zeros(h0.shape, dtype=x.dtype, device=x.device)
@@ -207,12 +203,13 @@ class Sequence(Function):
         dc = dout[steps] if mode == "LSTM" else None  # the cell's, carried back
         for t in order:
             first = t == order[-1]
-            h_prev, dh_prev = (h0, dh0) if first else (out[t + before], dout[t + before])
+            dh_prev = dh0 if first else dout[t + before]
             if mode == "LSTM":
                 c_prev = c0 if first else cells[t + before]
                 assign_all(_lstm_backward(dout[t], acts[t], cells[t], c_prev, dc, dx[t],
                                           h0.shape[-1]))
             elif mode == "GRU":
+                h_prev = h0 if first else out[t + before]
                 assign_all(_gru_backward(dout[t], acts[t], hh[t], b, h_prev, dx[t], dhh[t],
                                          dh_prev, h0.shape[-1]))
             else:
