@@ -160,7 +160,7 @@ def test_generated_functions_keep_their_signatures():
     assert str(inspect.signature(mt.exp)) == "(x) -> 'Node'"
     assert T.where(cond=T.tensor([True, False]), a=1.0, b=2.0).tolist() == [1.0, 2.0]
     assert str(inspect.signature(mt.sum)) == \
-        "(x: 'Node', axis=None, keepdims: 'bool' = False) -> 'Node'"
+        "(x: 'Node', axis=None, keepdims: 'bool' = False, *, dtype=None) -> 'Node'"
 
 
 def test_a_row_defined_twice_is_refused():

@@ -152,20 +152,18 @@ def _node(r, like: Node) -> Node:
 
 
 def _reduction(ctx, g):
+    """The row's own derivative, on Nodes: ``g`` and (where the rule reads them) the
+    input and the recomputed result spread back over the reduced axes."""
     r = ctx.fn.reduction
     shape, axes = ctx.attrs["in_shape"], ctx.attrs["axes"]
     kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+    x = out = None
+    if r.saves:
+        x = ctx.inputs[0]
+        out = ops.expand(ops.reshape(getattr(ops, r.function)(x, axes, keepdims=True), kept),
+                         shape)
     spread = ops.expand(ops.reshape(g, kept), shape)
-    if r.name == "sum":
-        return (spread,)
-    if r.name == "mean":
-        return (spread * (1.0 / max(math.prod(shape[a] for a in axes), 1)),)
-    x = ctx.inputs[0]  # max and min: shared between the elements equal to the result
-    out = ops.expand(ops.reshape(getattr(ops, r.function)(x, axes, keepdims=True), kept),
-                     shape).detach()
-    hit = ops.elementwise("where", out != out, x != x, x == out)
-    ties = ops.expand(ops.sum(ops.astype(hit, x.dtype), axes, keepdims=True), shape)
-    return (ops.elementwise("where", hit, spread / ties, 0.0),)
+    return (r.derivative(spread, x, out, axes, math.prod(shape[a] for a in axes)),)
 
 
 def _linear(ctx, g):

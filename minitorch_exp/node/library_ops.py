@@ -1,4 +1,4 @@
-"""Library ops at the Node level: gathers, scatters, sorts, scans, products, norms, sampling.
+"""Library ops at the Node level: gathers, scatters, sorts, scans, norms, sampling.
 
 Each differentiable one is a ``Function`` whose forward is one library call of
 tensor/library.py (NumPy, or CuPy on a GPU, on the tensor's array) and whose
@@ -6,7 +6,7 @@ backward builds the gradient from Tensor-level operations -- often the
 library op's adjoint: gather's gradient is a scatter-add, index_select's an
 index_add, cumsum's a reversed cumsum. The rest are compositions: ``sort`` and
 ``topk`` are an ``argsort`` (no gradient: indices) and a ``gather`` (whose
-gradient scatters back), ``any``/``all`` a compare and a sum of the registry.
+gradient scatters back).
 
 Every library call runs through ``capture.host_op``, so a captured step replays
 it on the values of that run (``multinomial`` draws anew on each replay).
@@ -283,52 +283,6 @@ def cumprod(input: Node, dim: int, *, dtype=None) -> Node:
     return Cumprod.apply(_scan_input(input, dtype), dim=dim)
 
 
-class Prod(_LibraryOp):
-    """The product over ``dim`` (None: everything). Backward: the gradient times the
-    product of the *other* entries -- the exclusive running products from both ends,
-    so a zero entry needs no division."""
-
-    @staticmethod
-    def forward(ctx, x, dim, keepdim):
-        x = realize(x)
-        ctx.save_for_backward(x)
-        return L.prod(x, dim, keepdim)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        dim, flat = ctx.attrs["dim"], x
-        if dim is None:
-            flat, dim = x.reshape(-1), 0
-        dim = normalize_axis(dim, max(flat.ndim, 1), flat.shape) if flat.ndim else 0
-        others = (L.cumprod(flat, dim, exclusive=True)
-                  * L.cumprod(flat, dim, reverse=True, exclusive=True))
-        kept = tuple(1 if i == dim else n for i, n in enumerate(flat.shape))
-        grad = realize(g).reshape(kept).broadcast_to(flat.shape) * others
-        return (realize(grad).reshape(x.shape),)
-
-
-def prod(input: Node, dim: int | None = None, keepdim: bool = False, *, dtype=None) -> Node:
-    return Prod.apply(_scan_input(input, dtype), dim=dim, keepdim=keepdim)
-
-
-def _count_nonzero(input: Node, dim, keepdim: bool) -> Node:
-    axes = None if dim is None else normalize_axes(dim, input.ndim, input.shape)
-    return ops.sum(ops.elementwise("ne", input, 0), axes, keepdims=keepdim)
-
-
-def any(input: Node, dim=None, keepdim: bool = False) -> Node:
-    """Whether any entry (over ``dim``: an int, a tuple, or None for all) is nonzero."""
-    return ops.elementwise("gt", _count_nonzero(input, dim, keepdim), 0)
-
-
-def all(input: Node, dim=None, keepdim: bool = False) -> Node:
-    """Whether every entry (over ``dim``) is nonzero."""
-    n = input.numel() if dim is None else math.prod(
-        input.shape[a] for a in normalize_axes(dim, input.ndim, input.shape))
-    return ops.elementwise("eq", _count_nonzero(input, dim, keepdim), n)
-
-
 # ---- norms ----------------------------------------------------------------------------
 
 class VectorNorm(_LibraryOp):
@@ -448,7 +402,7 @@ FUNCTIONS = {
     "gather": gather, "scatter": scatter, "scatter_add": scatter_add,
     "index_select": index_select, "index_add": index_add,
     "argsort": argsort, "sort": sort, "topk": topk,
-    "cumsum": cumsum, "cumprod": cumprod, "prod": prod, "any": any, "all": all,
+    "cumsum": cumsum, "cumprod": cumprod,
     "norm": norm, "multinomial": multinomial, "Generator": Generator,
     "get_rng_state": get_rng_state, "set_rng_state": set_rng_state, "seed": seed,
     "initial_seed": initial_seed,
@@ -456,7 +410,7 @@ FUNCTIONS = {
 #: Node's methods (installed below), with the in-place forms PyTorch has.
 _OUT_OF_PLACE = {name: fn for name, fn in FUNCTIONS.items() if name in (
     "gather", "scatter", "scatter_add", "index_select", "index_add", "argsort", "sort",
-    "topk", "cumsum", "cumprod", "prod", "any", "all", "norm", "multinomial")}
+    "topk", "cumsum", "cumprod", "norm", "multinomial")}
 METHODS = {**_OUT_OF_PLACE, **{f"{name}_": _in_place_form(_OUT_OF_PLACE[name]) for name in (
     "scatter", "scatter_add", "index_add", "cumsum", "cumprod")}}
 

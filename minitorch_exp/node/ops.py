@@ -34,7 +34,7 @@ from ..tensor.layout import (
     normalize_axis,
     normalize_shape,
 )
-from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function
+from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, module_globals, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
 from . import anomaly, promotion
 from .function import Context, Function, SliceGradient, not_a_tensor
@@ -670,6 +670,10 @@ def _function(op: OpDef, params: tuple[str, ...] = (), owner: str | None = None)
                           f"Elementwise ``{name}`` ({what}, fuses with neighbours).", owner)
 
 
+def _as(x: Node, dtype) -> Node:
+    return x if dtype is None else astype(x, dtype)
+
+
 def _reduction_class(r: ReduceDef) -> type:
     name = r.function.capitalize()  # Sum, Amax: PyTorch's SumBackward0, AmaxBackward0
     return type(name, (Reduction,), {"reduction": r, "__module__": __name__,
@@ -682,13 +686,14 @@ def _reduce_function(r: ReduceDef):
     derivative; else values outside the graph (argmax)."""
     cls = REDUCTION_CLASSES.get(r.name)
     if cls is None:
-        def fn(x: Node, axis=None, keepdims: bool = False) -> Node:
-            return Node(realize(Reduce(r, _value(x), axis, keepdims)))
+        def fn(x: Node, axis=None, keepdims: bool = False, *, dtype=None) -> Node:
+            return Node(realize(Reduce(r, _value(_as(x, dtype)), axis, keepdims)))
         doc = f"``{r.name}`` over ``axis`` (None: all; not differentiable)."
     else:
-        def fn(x: Node, axis=None, keepdims: bool = False) -> Node:
-            return cls.apply(x, axes=_axes(x, axis), keepdims=keepdims)
+        def fn(x: Node, axis=None, keepdims: bool = False, *, dtype=None) -> Node:
+            return cls.apply(_as(x, dtype), axes=_axes(x, axis), keepdims=keepdims)
         doc = f"``{r.name}`` over ``axis`` (None: all), differentiable."
+    doc += " ``dtype``: the input converted to it first, as PyTorch's."
     return named_function(fn, r.function, ("x",), doc)
 
 
@@ -711,7 +716,7 @@ _ELEMENTWISE = {op.name: _EXPLICIT.get(op.name) or _function(op)
 FUNCTIONS: dict = {name: pytorch_arguments(fn) for name, fn in _ELEMENTWISE.items()}
 FUNCTIONS.update((r.function, pytorch_arguments(_reduce_function(r)))
                  for r in REDUCTIONS.values())
-globals().update(FUNCTIONS)
+globals().update(module_globals(FUNCTIONS))
 #: Node's method for each built-in row (``x.maximum(other)``) and reduction, under both
 #: its names (``x.max()``, ``x.amax()``; node/pytorch.py gives ``max`` and ``min`` PyTorch's
 #: ``(values, indices)`` form).

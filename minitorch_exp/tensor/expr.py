@@ -36,7 +36,7 @@ from .layout import (
     normalize_axis,
     normalize_shape,
 )
-from .ops import OPS, REDUCTIONS, OpDef, ReduceDef, named_function, use_expressions
+from .ops import OPS, REDUCTIONS, OpDef, ReduceDef, module_globals, named_function, use_expressions
 from .tokens import TREE, TreeToken, leaf_tokens, opaque_token
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
@@ -799,7 +799,7 @@ _EXPLICIT_METHODS = {"where": _where_method}
 #: ``T.<name>`` for each built-in row and reduction (exported by tensor/__init__.py).
 FUNCTIONS: dict = {op.name: _function(op) for op in OPS.values() if op.builtin}
 FUNCTIONS.update((r.function, _reduce_function(r)) for r in REDUCTIONS.values())
-globals().update(FUNCTIONS)
+globals().update(module_globals(FUNCTIONS))
 
 
 def _install_exp_surface() -> None:

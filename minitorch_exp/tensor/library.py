@@ -155,7 +155,7 @@ def argsort(t: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
     return library_call(fn, (t,), [(t.shape, dtypes.int64)], t.device)[0]
 
 
-# ---- scans and products ----------------------------------------------------------------
+# ---- scans ----------------------------------------------------------------
 
 def _scan_dtype(t: Tensor):
     """PyTorch's: integers and bools accumulate in int64, floats in their own dtype."""
@@ -201,18 +201,6 @@ def cumprod_grad(x: Tensor, g: Tensor, dim: int) -> Tensor:
             r[..., k] += a[..., k + 1] * r[..., k + 1]
         return (xp.moveaxis(r, -1, dim) * p,)
     return library_call(fn, (x, g, before), [(x.shape, x.dtype)], x.device)[0]
-
-
-def prod(t: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
-    """The product over ``dim`` (None: all entries)."""
-    axis = None if dim is None else _dim(t, dim)
-    dtype = _scan_dtype(t)
-    kept = tuple(1 if axis is None or i == axis else n for i, n in enumerate(t.shape))
-    shape = kept if keepdim else () if axis is None else t.shape[:axis] + t.shape[axis + 1:]
-
-    def fn(xp, a):
-        return (xp.prod(a, axis=axis, dtype=dtype).reshape(shape),)
-    return library_call(fn, (t,), [(shape, dtype)], t.device)[0]
 
 
 # ---- random sampling --------------------------------------------------------------------

@@ -590,14 +590,14 @@ class ReduceDef:
     #: The row of ``OPS`` that folds a value into an accumulator, and partial results
     #: together; None: no compiled kernel (NumPy computes it).
     combine: str | None
-    #: Where an accumulator starts: the ``"zero"``, ``"lowest"`` or ``"highest"`` value of
-    #: its dtype (``identity_value``).
+    #: Where an accumulator starts: the ``"zero"``, ``"one"``, ``"lowest"`` or ``"highest"``
+    #: value of its dtype (``identity_value``).
     identity: str | None
-    #: The result dtype: ``"same"``, ``"float"``, ``"sum"`` (bools and ints give int64) or
-    #: ``"index"`` (int64).
+    #: The result dtype: ``"same"``, ``"float"``, ``"sum"`` (bools and ints give int64),
+    #: ``"index"`` (int64) or ``"bool"``.
     result: str
-    #: The accumulator dtype: ``"same"``, ``"wide"`` (float64 for floats, else int64) or
-    #: ``"float64"``.
+    #: The accumulator dtype: ``"same"``, ``"wide"`` (float64 for floats, else int64),
+    #: ``"float64"`` or ``"bool"`` (each value folds in as its truth).
     accumulate: str
     #: The result is the accumulator divided by the number of elements reduced.
     divide: bool = False
@@ -615,6 +615,8 @@ class ReduceDef:
     def result_dtype(self, dtype: np.dtype) -> np.dtype:
         if self.result == "index":
             return dtypes.int64
+        if self.result == "bool":
+            return dtypes.bool_
         if self.result == "float":
             return dtypes.float_result(dtype)
         if self.result == "sum" and dtype.kind in "bi":
@@ -625,13 +627,15 @@ class ReduceDef:
         """Sums accumulate in 64 bits (float32 sums in float64, for accuracy)."""
         if self.accumulate == "float64" or (self.accumulate == "wide" and dtype.kind == "f"):
             return dtypes.float64
+        if self.accumulate == "bool":
+            return dtypes.bool_
         return dtypes.int64 if self.accumulate == "wide" else dtype
 
     def identity_value(self, dtype: np.dtype):
-        """The accumulator's first value for ``dtype``: 0, or its lowest or highest value
+        """The accumulator's first value for ``dtype``: 0, 1, or its lowest or highest value
         (infinities for floats, False and True for bools)."""
-        if self.identity == "zero":
-            return dtype.type(0)
+        if self.identity in ("zero", "one"):
+            return dtype.type(self.identity == "one")
         high = self.identity == "highest"
         if dtype == dtypes.bool_:
             return np.bool_(high)
@@ -654,8 +658,29 @@ def _d_extremum(g, x, out, axes, count):
     where ``out`` is NaN, between the NaNs that made it (as PyTorch's ``max()``), not
     lost."""
     hit = _e(g).where(out != out, x != x, x == out)
-    ties = hit.astype(x.dtype).sum(axes, True).eval()
-    return _e(g).where(hit, g / ties.broadcast_to(x.shape), 0)
+    ties = hit.astype(x.dtype).sum(axes, True).broadcast_to(x.shape)
+    return _e(g).where(hit, g / ties, 0)
+
+
+def _d_prod(g, x, out, axes, count):
+    """``g`` times the product of the *other* entries of each slice, without a division
+    by zero, and written so that its own derivative is right too (double backward).
+
+    ``p`` is the product of the nonzero entries and ``n`` the number of zeros. An entry
+    that is not zero gets ``p / x`` times the zeros' product: 1 with no zero; with one
+    zero that zero's value, read as ``zsum`` (the sum of the zeros: 0, but a gradient of
+    1 to that zero); with more, 0 (and so is every derivative). A zero entry gets ``p``
+    times the product of the other zeros: 1 with it alone, the other one's value with
+    two (``zsum - x``), else 0."""
+    e = _e(g)
+    zero = x == 0
+    n = zero.astype(x.dtype).sum(axes, True).broadcast_to(x.shape)
+    nonzero = e.where(zero, 1, x)
+    p = nonzero.prod(axes, True).broadcast_to(x.shape)
+    zsum = e.where(zero, x, 0).sum(axes, True).broadcast_to(x.shape)
+    at_zero = p * e.where(n == 1, 1, e.where(n == 2, zsum - x, 0))
+    elsewhere = p / nonzero * e.where(n == 0, 1, e.where(n == 1, zsum, 0))
+    return g * e.where(zero, at_zero, elsewhere)
 
 
 REDUCTIONS: dict[str, ReduceDef] = {r.name: r for r in [
@@ -666,9 +691,23 @@ REDUCTIONS: dict[str, ReduceDef] = {r.name: r for r in [
               derivative=_d_extremum, saves=True),
     ReduceDef("min", "amin", np.amin, "minimum", "highest", "same", "same", empty_ok=False,
               derivative=_d_extremum, saves=True),
+    ReduceDef("prod", "prod", np.prod, "mul", "one", "sum", "wide", derivative=_d_prod,
+              saves=True),
+    ReduceDef("any", "any", np.any, "logical_or", "lowest", "bool", "bool"),
+    ReduceDef("all", "all", np.all, "logical_and", "highest", "bool", "bool"),
     ReduceDef("argmax", "argmax", np.argmax, None, None, "index", "same", one_axis=True,
               empty_ok=False),
 ]}
+
+#: Reductions named as the Python builtins the modules made from these rows still call
+#: (``any(...)`` over a generator): their ``T.*`` and ``mt.*`` functions are exported,
+#: but not made globals of those modules (``module_globals``).
+_BUILTIN_NAMES = frozenset({"any", "all"})
+
+
+def module_globals(functions: dict) -> dict:
+    """``functions`` without those that would hide a builtin the module calls."""
+    return {name: fn for name, fn in functions.items() if name not in _BUILTIN_NAMES}
 
 
 # ---- user-defined ops ---------------------------------------------------------
