@@ -37,6 +37,7 @@ from .tensor import Tensor, from_array, from_numpy, tensor
 # Last, once the core exists; it hands Exp.explain and the debug printers over.
 from . import dlpack as _dlpack  # noqa: E402, F401  (it installs Tensor.__dlpack__)
 from . import explain as _explain  # noqa: E402, F401
+from .library import FUNCTIONS as _LIBRARY_FUNCTIONS  # noqa: E402
 from .masks import FUNCTIONS as _MASK_FUNCTIONS  # noqa: E402
 from .slicing import FUNCTIONS as _SLICING_FUNCTIONS  # noqa: E402
 
@@ -47,6 +48,9 @@ globals().update(_OP_FUNCTIONS)
 #: (slicing.py).
 globals().update(_MASK_FUNCTIONS)
 globals().update(_SLICING_FUNCTIONS)
+#: ``gather``, ``scatter``, ``cumsum``, ``argsort``...: one per row of the library-op
+#: registry (library.py).
+globals().update(_LIBRARY_FUNCTIONS)
 
 __all__ = [
     "Device", "Exp", "Layout", "Storage", "Tensor", "apply_op", "arange", "as_device",

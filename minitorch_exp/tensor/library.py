@@ -13,20 +13,31 @@ by node/library_ops.py.
 
 from __future__ import annotations
 
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import capture, dtypes
-from .creation import _rng, new_empty
+from .creation import _rng, new_empty, zeros
+from .engine import evaluate
+from .expr import Exp, where
 from .layout import normalize_axis
+from .slicing import flip
 from .tensor import Tensor
 
 
 def library_call(fn, inputs: tuple, outputs: list[tuple], device) -> tuple[Tensor, ...]:
     """New tensors of ``outputs`` (``(shape, dtype)`` each) on ``device``, holding
-    ``fn(xp, *arrays)`` -- one array per output -- of the ``inputs`` (Tensors, or
-    anything else passed as it is). Recorded by a capture, replayed with it."""
+    ``fn(xp, *arrays)`` -- one array per output -- of the ``inputs`` (Tensors or
+    expressions, or anything else passed as it is). Recorded by a capture, replayed
+    with it."""
     outs = tuple(new_empty(tuple(shape), dtypes.as_dtype(dtype), device)
                  for shape, dtype in outputs)
+
+    inputs = tuple(evaluate(a) if isinstance(a, Exp) and not isinstance(a, Tensor) else a
+                   for a in inputs)  # an expression (a gradient, say) is computed first
 
     def run():
         xp = device.xp
@@ -84,9 +95,18 @@ def gather(t: Tensor, dim: int, index: Tensor) -> Tensor:
     return library_call(fn, (t, index), [(index.shape, t.dtype)], t.device)[0]
 
 
-def scatter(t: Tensor, dim: int, index: Tensor, src, reduce_add: bool = False) -> Tensor:
-    """A copy of ``t`` with ``src`` (a tensor, or a number) written at ``index`` along
-    ``dim`` -- added there with ``reduce_add`` (``scatter_add``)."""
+def scatter(t: Tensor, dim: int, index: Tensor, src=None, *, value=None) -> Tensor:
+    """A copy of ``t`` with ``src`` (a tensor; or the number ``value``) written at
+    ``index`` along ``dim``; where indices repeat, one write wins."""
+    return _scatter(t, dim, index, value if src is None else src, False)
+
+
+def scatter_add(t: Tensor, dim: int, index: Tensor, src) -> Tensor:
+    """``scatter`` that adds ``src`` at ``index`` (repeated indices add up)."""
+    return _scatter(t, dim, index, src, True)
+
+
+def _scatter(t: Tensor, dim: int, index: Tensor, src, reduce_add: bool) -> Tensor:
     dim = _dim(t, dim)
     op = "scatter_add" if reduce_add else "scatter"
     _checked_index_shape(t, dim, index, op)
@@ -167,40 +187,20 @@ def cumsum(t: Tensor, dim: int, reverse: bool = False) -> Tensor:
     return _scan(t, dim, "cumsum", reverse)
 
 
-def cumprod(t: Tensor, dim: int, reverse: bool = False, exclusive: bool = False) -> Tensor:
-    """Running products along ``dim``; ``exclusive``: each one of the entries before it
-    only (the first is 1), so no division is needed to leave one out."""
-    return _scan(t, dim, "cumprod", reverse, exclusive)
+def cumprod(t: Tensor, dim: int, reverse: bool = False) -> Tensor:
+    """Running products along ``dim`` (from the far end with ``reverse``)."""
+    return _scan(t, dim, "cumprod", reverse)
 
 
-def _scan(t: Tensor, dim: int, name: str, reverse: bool, exclusive: bool = False) -> Tensor:
+def _scan(t: Tensor, dim: int, name: str, reverse: bool) -> Tensor:
     dim, dtype = _dim(t, dim), _scan_dtype(t)
 
     def fn(xp, a):
         a = a.reshape(1) if a.ndim == 0 else a
         a = xp.flip(a, dim) if reverse else a
-        if exclusive:  # the identity first, the last entry dropped
-            first = xp.ones_like(xp.take(a, [0], axis=dim))
-            a = xp.concatenate([first, xp.take(a, xp.arange(a.shape[dim] - 1), axis=dim)],
-                               axis=dim)
         out = getattr(xp, name)(a, axis=dim, dtype=dtype)
         return ((xp.flip(out, dim) if reverse else out).reshape(t.shape),)
     return library_call(fn, (t,), [(t.shape, dtype)], t.device)[0]
-
-
-def cumprod_grad(x: Tensor, g: Tensor, dim: int) -> Tensor:
-    """The gradient of ``cumprod(x, dim)`` for the upstream ``g``, exact where ``x`` has
-    zeros: ``grad[k] = P[k-1] * R[k]``, ``P`` the exclusive products and
-    ``R[k] = g[k] + x[k+1] * R[k+1]`` a backward recurrence along ``dim``."""
-    dim = _dim(x, dim)
-    before = cumprod(x, dim, exclusive=True)
-
-    def fn(xp, a, ga, p):
-        a, r = xp.moveaxis(a, dim, -1), xp.moveaxis(ga, dim, -1).copy()
-        for k in range(a.shape[-1] - 2, -1, -1):
-            r[..., k] += a[..., k + 1] * r[..., k + 1]
-        return (xp.moveaxis(r, -1, dim) * p,)
-    return library_call(fn, (x, g, before), [(x.shape, x.dtype)], x.device)[0]
 
 
 # ---- random sampling --------------------------------------------------------------------
@@ -263,3 +263,118 @@ def _without_replacement(rng, w: np.ndarray, k: int) -> np.ndarray:
     with np.errstate(divide="ignore"):
         keys = rng.standard_exponential(w.shape) / w
     return np.argsort(keys, axis=1, kind="stable")[:, :k]
+
+
+# ---- the registry of library ops -------------------------------------------------------
+
+@dataclass(frozen=True)
+class LibraryDef:
+    """A library op: a boundary of fusion (mshadow's complex expressions) that one call
+    of the device's array module evaluates, with its gradient rule beside it.
+
+    ``forward(input, dim, *operands, **attrs)`` is the Tensor-level function
+    (``T.<name>``), in PyTorch's order; ``derivative(f, g, input, *operands, dim,
+    **attrs)`` gives one gradient per operand (None
+    where there is none), written once with the functions of ``f``: this module's
+    (``TENSOR_FORMS``) in a first backward, the Node level's in one that records
+    (``create_graph``), so the same body serves both. The Node level makes one Function
+    per row (node/library_ops.py), and ``mt.<name>``, the method, and ``<name>_`` where
+    ``in_place``.
+    """
+
+    name: str
+    forward: Callable
+    derivative: Callable | None = None
+    in_place: bool = False
+
+
+def _d_gather(f, g, x, index, *, dim):
+    return f.scatter_add(f.zeros_like(x), dim, index, g), None
+
+
+def _src_gradient(f, g, index, src, dim):
+    """``src``'s gradient: ``g`` at ``index``, and 0 past it (only the leading block of a
+    larger ``src`` is read, as PyTorch reads it); None for a number."""
+    if not hasattr(src, "shape"):
+        return None
+    gs = f.gather(g, dim, index)
+    return gs if gs.shape == src.shape else f.embed(gs, src.shape)
+
+
+def _d_scatter(f, g, x, index, *src, dim, value=None):
+    gx = f.scatter(g, dim, index, value=0)
+    return (gx, None, _src_gradient(f, g, index, src[0], dim)) if src else (gx, None)
+
+
+def _d_scatter_add(f, g, x, index, src, *, dim):
+    return g, None, _src_gradient(f, g, index, src, dim)
+
+
+def _d_index_select(f, g, x, index, *, dim):
+    return f.index_add(f.zeros_like(x), dim, index, g), None
+
+
+def _d_index_add(f, g, x, index, source, *, dim, alpha=1):
+    gs = f.index_select(g, dim, index)
+    return g, None, gs if alpha == 1 else gs * alpha
+
+
+def _reversed_cumsum(f, t, dim):
+    """Sums from each entry to the end of ``dim``."""
+    return f.flip(f.cumsum(f.flip(t, dim), dim), dim)
+
+
+def _d_cumsum(f, g, x, *, dim):
+    return (_reversed_cumsum(f, g, dim),)
+
+
+def _d_cumprod(f, g, x, *, dim):
+    """``grad[k] = sum over j >= k of g[j] * (the product of x[:j+1] but x[k])``, with
+    no division by zero and a right derivative of its own (as ``prod``'s rule in
+    tensor/ops.py): ``p`` are the running products of the nonzero entries, ``n`` the
+    running counts of zeros, ``zsum`` the running sums of the zeros (0, with a gradient
+    of 1 to each). A nonzero entry's term is ``p / x`` times the zeros' product so far;
+    a zero entry's is ``p`` times the product of the other zeros (1 alone; the other
+    one, ``zsum - x``, with two; else 0)."""
+    zero = x == 0
+    nonzero = f.where(zero, 1, x)
+    p = f.cumprod(nonzero, dim)
+    n = f.cumsum(zero.astype(x.dtype), dim)
+    zsum = f.cumsum(f.where(zero, x, 0), dim)
+    gp = g * p
+    elsewhere = _reversed_cumsum(f, gp * f.where(n == 0, 1, f.where(n == 1, zsum, 0)), dim)
+    at_zero = (_reversed_cumsum(f, gp * f.where(n == 1, 1, f.where(n == 2, zsum, 0)), dim)
+               - x * _reversed_cumsum(f, gp * (n == 2), dim))
+    return (f.where(zero, at_zero, elsewhere / nonzero),)
+
+
+def _zeros_like(t) -> Tensor:
+    return zeros(t.shape, dtype=t.dtype, device=t.device)
+
+
+def _embed(t, shape) -> Tensor:
+    """``t`` as the leading block of a zero tensor of ``shape``."""
+    out = zeros(shape, dtype=t.dtype, device=t.device)
+    out[tuple(slice(0, n) for n in t.shape)] = t
+    return out
+
+
+LIBRARY: dict[str, LibraryDef] = {row.name: row for row in [
+    LibraryDef("gather", gather, _d_gather),
+    LibraryDef("scatter", scatter, _d_scatter, in_place=True),
+    LibraryDef("scatter_add", scatter_add, _d_scatter_add, in_place=True),
+    LibraryDef("index_select", index_select, _d_index_select),
+    LibraryDef("index_add", index_add, _d_index_add, in_place=True),
+    LibraryDef("cumsum", cumsum, _d_cumsum, in_place=True),
+    LibraryDef("cumprod", cumprod, _d_cumprod, in_place=True),
+    LibraryDef("argsort", argsort),
+    LibraryDef("multinomial", multinomial),
+]}
+#: What a rule's ``f`` is in a first backward: the rows and the few functions the
+#: rules build with, at the Tensor level (the Node level's twin: node/library_ops.py).
+TENSOR_FORMS = types.SimpleNamespace(
+    **{name: row.forward for name, row in LIBRARY.items()},
+    flip=lambda t, dims: flip(t if type(t) is Tensor else evaluate(t), dims),
+    where=where, zeros_like=_zeros_like, embed=_embed)
+#: ``T.<name>`` for each row (tensor/__init__.py).
+FUNCTIONS = {name: row.forward for name, row in LIBRARY.items()}
