@@ -13,7 +13,11 @@ from __future__ import annotations
 import math
 import string
 
+from ..tensor import creation, dtypes
+from ..tensor.engine import assign, realize
+from ..tensor.expr import matmul
 from . import ops
+from .function import Function
 from .node import Node
 
 LETTERS = set(string.ascii_letters)
@@ -124,10 +128,48 @@ def _grouped(x: Node, letters: str, *groups_and_sizes) -> Node:
     return ops.reshape(x, tuple(math.prod(sizes[c] for c in group) for group in groups))
 
 
+class AddMatMul(Function):
+    """``beta * input + alpha * (mat1 @ mat2)`` as BLAS computes it: ``beta * input``
+    broadcast into the result's buffer, then the product added into it by the GEMM's
+    own ``beta`` (cpu_numpy's ``dot`` with ``+=``: ``blas.add_product``), with no
+    temporary product. ``beta = 0`` ignores ``input``, NaN included, as PyTorch's.
+    Backward, one body for both levels: ``beta * g`` summed to ``input``'s shape, and
+    ``alpha`` times the products' gradients."""
+
+    keyword_attributes = True
+    backward_on_nodes = True
+
+    @staticmethod
+    def forward(ctx, input, mat1, mat2, beta, alpha):  # noqa: A002
+        mat1, mat2 = realize(mat1), realize(mat2)
+        ctx.save_for_backward(mat1, mat2)
+        ctx.attrs["in_shape"] = input.shape
+        product = matmul(mat1 * alpha if alpha != 1 else mat1, mat2)
+        out = creation.empty(product.shape, dtype=dtypes.result_type(
+            input.dtype, product.dtype), device=mat1.device)
+        if beta == 0:
+            assign(out, product)
+            return out
+        assign(out, input * beta if beta != 1 else input)
+        assign(out, product, "+=")
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        mat1, mat2 = ctx.saved_tensors
+        beta, alpha = ctx.attrs["beta"], ctx.attrs["alpha"]
+        ga = g * alpha if alpha != 1 else g
+        return ((g * beta).sum_to(ctx.attrs["in_shape"]), ga @ mat2.transpose(-2, -1),
+                mat1.transpose(-2, -1) @ ga)
+
+
 def addmm(input, mat1: Node, mat2: Node, *, beta=1, alpha=1) -> Node:  # noqa: A002
     """``beta * input + alpha * (mat1 @ mat2)``, as PyTorch's (``beta=0``: input is
-    ignored, NaN included)."""
-    return _scaled_sum(input, ops.matmul(mat1, mat2), beta, alpha)
+    ignored, NaN included), with BLAS's ``beta`` (``AddMatMul``)."""
+    if mat1.ndim != 2 or mat2.ndim != 2:
+        raise ValueError(f"addmm: mat1 and mat2 must be 2-D, got {mat1.shape} and "
+                         f"{mat2.shape}")
+    return AddMatMul.apply(ops.as_node(input), mat1, mat2, beta=beta, alpha=alpha)
 
 
 def baddbmm(input, batch1: Node, batch2: Node, *, beta=1, alpha=1) -> Node:  # noqa: A002
@@ -135,15 +177,7 @@ def baddbmm(input, batch1: Node, batch2: Node, *, beta=1, alpha=1) -> Node:  # n
     if batch1.ndim != 3 or batch2.ndim != 3:
         raise ValueError(f"baddbmm: batch1 and batch2 must be 3-D, got {batch1.shape} and "
                          f"{batch2.shape}")
-    return _scaled_sum(input, ops.matmul(batch1, batch2), beta, alpha)
-
-
-def _scaled_sum(input, product: Node, beta, alpha) -> Node:  # noqa: A002
-    scaled = product if alpha == 1 else product * alpha
-    if beta == 0:
-        return scaled
-    base = ops.as_node(input)
-    return scaled + (base if beta == 1 else base * beta)
+    return AddMatMul.apply(ops.as_node(input), batch1, batch2, beta=beta, alpha=alpha)
 
 
 FUNCTIONS = {"einsum": einsum, "addmm": addmm, "baddbmm": baddbmm}

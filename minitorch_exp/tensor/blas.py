@@ -168,6 +168,21 @@ def matmul(a, b, out=None):
         _give_back(pool)
 
 
+def add_product(out, a, b) -> bool:
+    """``out += a @ b`` as one GEMM with ``beta = 1``: the product is added as it is
+    computed, with no temporary of ``out``'s size (``addmm``, a recurrent step's
+    ``gates += h @ W_hh.T``). Where CBLAS cannot read the operands or write ``out`` in
+    place (``_operands``: a float product, ``out`` sharing no memory with them), or no
+    ``Gemm`` is here, False, having done nothing."""
+    gemm = _gemm()
+    operands = _operands(a, b, out) if gemm is not None and out is not None else None
+    if operands is None:
+        return False
+    (trans_a, lda), (trans_b, ldb) = operands
+    gemm.run(a, b, out, trans_a, lda, trans_b, ldb, a.shape[0], b.shape[1], beta=1.0)
+    return True
+
+
 def _borrow(pool) -> int:
     """The user's count of BLAS threads, the pool set to one thread while any product of
     ours runs: the first product to start reads the count and the last to end restores
@@ -416,12 +431,14 @@ class Gemm:
         self.small_kernels = small_kernels
 
     def run(self, a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols,
-            threads: int = 1) -> None:
+            threads: int = 1, beta: float = 0.0) -> None:
+        """``out = a @ b``; with ``beta``, ``out = a @ b + beta * out`` (CBLAS's own
+        ``beta``: 1 adds the product into ``out`` with no temporary)."""
         key = (a.dtype, threads > 1)
         compiled = self._runs.get(key)
         if compiled is None:
             compiled = self._runs[key] = self._compile(*key)
-        compiled(a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols)
+        compiled(a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols, beta)
 
     def _compile(self, dtype, parallel: bool):
         """The tile loop for ``dtype``, compiled once for arrays of any layout (a call
@@ -433,12 +450,12 @@ class Gemm:
         gemm = self._gemms[dtype]
         cint = numba.int32
         bint = numba.int64 if self._blasint is ctypes.c_int64 else numba.int32
-        one, zero = dtype.type(1.0), dtype.type(0.0)
-        matrix = numba.from_dtype(dtype)[:, :]
+        one, real = dtype.type(1.0), numba.from_dtype(dtype)
+        matrix = real[:, :]
 
         origin = numba.njit(tile_origin)
 
-        def run(a, b, out, ta, lda, tb, ldb, tile_rows, tile_cols):
+        def run(a, b, out, ta, lda, tb, ldb, tile_rows, tile_cols, beta):
             rows, k, cols = a.shape[0], a.shape[1], b.shape[1]
             tiles = (rows + tile_rows - 1) // tile_rows * ((cols + tile_cols - 1) // tile_cols)
             pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
@@ -448,9 +465,9 @@ class Gemm:
                 m, n = min(tile_rows, rows - r0), min(tile_cols, cols - c0)
                 gemm(cint(ROW_MAJOR), cint(ta), cint(tb), bint(m), bint(n), bint(k), one,
                      pa + r0 * a.strides[0], bint(lda), pb + c0 * b.strides[1], bint(ldb),
-                     zero, pc + r0 * out.strides[0] + c0 * out.strides[1], bint(ldc))
+                     real(beta), pc + r0 * out.strides[0] + c0 * out.strides[1], bint(ldc))
 
-        signature = numba.void(matrix, matrix, matrix, *[numba.int64] * 6)
+        signature = numba.void(matrix, matrix, matrix, *[numba.int64] * 6, numba.float64)
         return numba.njit(signature, nogil=True, parallel=parallel)(run)
 
     @classmethod

@@ -242,11 +242,14 @@ class NumpyBackend:
         """BLAS through ``np.matmul``; returns the call that repeats it when it wrote
         ``dst`` directly (see ``elementwise``), else None."""
         count("cpu", "blas")
-        if saver == "=" and dst.dtype == np.result_type(a.dtype, b.dtype) and not (
+        same_dtype = dst.dtype == np.result_type(a.dtype, b.dtype)
+        if saver == "=" and same_dtype and not (
                 overlaps(dst, a.storage, a.layout) or overlaps(dst, b.storage, b.layout)):
             args = (a.array, b.array, dst.array)
             _matmul_into(*args)
             return _matmul_into, args
+        if saver == "+=" and same_dtype and blas.add_product(dst.array, a.array, b.array):
+            return None  # BLAS's beta: added as computed, no temporary product
         save(dst.array, blas.matmul(a.array, b.array), saver)
         return None
 

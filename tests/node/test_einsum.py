@@ -97,3 +97,30 @@ def test_against_pytorch():
         ref.sum().backward()
         for x, y in zip(ours, theirs):
             np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), rtol=1e-12)
+
+
+def test_addmm_adds_the_product_with_blas_beta(monkeypatch):
+    """The product goes into the result's buffer by the GEMM's beta: ``add_product``
+    runs once, and returns True (no temporary product) where OpenBLAS is found."""
+    from minitorch_exp.tensor import blas
+    calls = []
+    real = blas.add_product
+    monkeypatch.setattr(blas, "add_product", lambda *a: calls.append(real(*a)) or calls[-1])
+    rng = np.random.default_rng(4)
+    bias, m1, m2 = (rng.standard_normal(s).astype(np.float32) for s in ((5,), (3, 4), (5, 4)))
+    with mt.fusion(threshold=0):
+        got = mt.addmm(mt.tensor(bias), mt.tensor(m1), mt.tensor(m2).T, beta=0.5, alpha=2.0)
+    np.testing.assert_allclose(got.numpy(), 0.5 * bias + 2.0 * m1 @ m2.T, rtol=1e-5)
+    assert len(calls) == 1 and got.dtype == mt.float32
+    assert calls[0] == (blas._gemm() is not None)
+
+
+def test_addmm_ignores_input_at_beta_zero_and_passes_gradgradcheck():
+    nan = mt.tensor([np.nan, np.nan])
+    m1, m2 = mt.ones(3, 4, dtype=mt.float64), mt.ones(4, 2, dtype=mt.float64)
+    assert mt.addmm(nan, m1, m2, beta=0).tolist() == [[4.0, 4.0]] * 3
+    rng = np.random.default_rng(5)
+    args = [mt.tensor(rng.standard_normal(s), requires_grad=True)
+            for s in ((1, 2), (3, 4), (4, 2))]
+    assert mt.autograd.gradgradcheck(
+        lambda i, a, b: mt.addmm(i, a * a, b, beta=0.5, alpha=-1.5).sin(), args)
