@@ -139,6 +139,20 @@ def test_every_row_on_special_values(name, dtype, where):
         np.testing.assert_allclose(g[finite], w[finite], **GRAD_TOL[dtype])
 
 
+def _others_product(x: np.ndarray, axis) -> np.ndarray:
+    """Each entry's product of the other entries of its slice, multiplied out one by one
+    -- except a non-finite entry of a slice without zeros, whose is ``product / x``
+    (NaN for inf/inf), as PyTorch's rule divides there."""
+    flat = x.reshape(1, -1) if axis is None else np.moveaxis(x, axis, -1)
+    with np.errstate(all="ignore"):
+        others = np.stack([np.prod(np.delete(flat, k, axis=-1), axis=-1)
+                           for k in range(flat.shape[-1])], -1)
+        divided = np.prod(flat, axis=-1, keepdims=True) / flat
+    zero_free = ~(flat == 0).any(axis=-1, keepdims=True)
+    r = np.where(zero_free & ~np.isfinite(flat), divided, others)
+    return r.reshape(x.shape) if axis is None else np.moveaxis(r, -1, axis)
+
+
 @pytest.mark.parametrize("name", ROWS)
 def test_every_rule_matches_finite_differences(name):
     """The reference's rules, on values away from every kink, in float64."""
@@ -184,9 +198,10 @@ def test_every_reduction_with_special_values(name, axis, dtype, where):
 
 
 def _reduction_grad(name: str, x: np.ndarray, axis, upstream: np.ndarray) -> np.ndarray:
-    """The gradient of ``sum``/``mean``/``max``/``min`` of ``x`` over ``axis`` for
-    ``upstream``, in float64 with NumPy: spread back, divided by the count for a mean,
-    shared between ties for max and min (NaN rows propagate NaN where NaN is taken)."""
+    """The gradient of ``sum``/``mean``/``max``/``min``/``prod`` of ``x`` over ``axis``
+    for ``upstream``, in float64 with NumPy: spread back, divided by the count for a
+    mean, shared between ties for max and min (NaN rows propagate NaN where NaN is
+    taken), times the product of the other entries for prod."""
     x64 = x.astype(np.float64)
     kept = np.expand_dims(upstream, axis) if axis is not None else upstream
     spread = np.broadcast_to(kept, x.shape)
@@ -194,6 +209,8 @@ def _reduction_grad(name: str, x: np.ndarray, axis, upstream: np.ndarray) -> np.
         return spread.copy()
     if name == "mean":
         return spread / (x.size if axis is None else x.shape[axis])
+    if name == "prod":
+        return spread * _others_product(x64, axis)
     with np.errstate(all="ignore"):
         best = getattr(np, name)(x64, axis=axis, keepdims=axis is not None)
         hit = (x64 == best) | (np.isnan(x64) & np.isnan(best))

@@ -54,7 +54,7 @@ def test_power_by_a_python_number_keeps_float32(dtype, exponent):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", sorted(r for r in REDUCTIONS if r != "argmax"))
+@pytest.mark.parametrize("name", sorted(r for r, row in REDUCTIONS.items() if row.derivative))
 def test_reduction_gradients_keep_the_dtype(name, dtype):
     x = mt.tensor(np.random.default_rng(1).normal(size=(3, 4)).astype(dtype),
                   requires_grad=True)
