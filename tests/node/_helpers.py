@@ -52,6 +52,19 @@ def torch_twin(node: mt.Node):
     return torch.tensor(arr, dtype=torch.float64, requires_grad=node.requires_grad)
 
 
+def assert_hessians_match_torch(f, a: np.ndarray, v: np.ndarray) -> None:
+    """``f(m, x)`` -> a scalar, for ``m`` this library and then PyTorch: its gradient at
+    ``a`` (recorded, ``create_graph``) and the Hessian times ``v`` agree to 1e-9."""
+    import torch
+    results = []
+    for m, x in ((mt, leaf(a)), (torch, torch.tensor(a, requires_grad=True))):
+        g, = m.autograd.grad(f(m, x), x, create_graph=True)
+        hv, = m.autograd.grad((g * m.tensor(v)).sum(), x)
+        results.append((g.detach().numpy(), hv.numpy()))
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+
+
 def compare_with_torch(mt_fn, torch_fn, nodes, rtol=1e-7, atol=1e-9, seed=0):
     """Forward and backward of ``mt_fn`` and ``torch_fn`` agree (values and grads).
 

@@ -3,18 +3,16 @@
 Each row is the op on every surface (``T.<name>``, ``mt.<name>``, the method, the
 in-place form it declares) and, where it has a rule, one Function whose backward
 runs as written on Tensors and, with ``create_graph``, on Nodes. Every
-differentiable row has a gradgradcheck case here (a new row without one fails),
-the running product's rule is checked exact at zeros to the second derivative, and
-against PyTorch's Hessians where it is installed. Values and first gradients of
-each op are tests/node/test_library_ops.py's.
+differentiable row has a gradgradcheck case here (a new row without one fails).
+Values and first gradients of each op are tests/node/test_library_ops.py's; the
+running product's second derivatives at zeros, tests/node/test_reduction_rows.py's
+(with ``prod``'s).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import minitorch_exp as mt
 import minitorch_exp.tensor as T
@@ -22,7 +20,7 @@ from minitorch_exp.node import library_ops
 from minitorch_exp.node.node import Node
 from minitorch_exp.tensor.library import LIBRARY
 
-from ._helpers import leaf, nonempty_shapes
+from ._helpers import leaf
 
 
 @pytest.mark.parametrize("name", sorted(LIBRARY))
@@ -73,41 +71,3 @@ def test_scatter_of_a_number_has_no_src_gradient():
     x.grad = None
     mt.scatter(x * x, 1, mt.tensor([[0], [2]]), value=-1.0).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [[0, 2, 4], [6, 8, 0]])
-
-
-ZEROS = [[], [(0, 1)], [(0, 1), (0, 3)], [(1, 0), (1, 2), (1, 3)], [(0, 0), (1, 3)]]
-
-
-@pytest.mark.parametrize("zeros", ZEROS)
-@pytest.mark.parametrize("dim", [0, 1])
-def test_running_products_pass_gradgradcheck_with_zeros(zeros, dim):
-    """One zero, two, three in a row, at either end: the rule divides by none, and its
-    own derivative is exact too."""
-    a = np.random.default_rng(3).uniform(0.5, 1.5, (2, 4))
-    for z in zeros:
-        a[z] = 0.0
-    x = leaf(a)
-    fn = lambda t: mt.cumprod(t * 1.5, dim).sin()  # noqa: E731
-    assert mt.autograd.gradcheck(fn, [x])
-    assert mt.autograd.gradgradcheck(fn, [x])
-
-
-@settings(max_examples=15, deadline=None)
-@given(shape=nonempty_shapes, seed=st.integers(0, 2**16), data=st.data())
-def test_running_product_hessians_match_pytorch(shape, seed, data):
-    torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(seed)
-    a = rng.uniform(-1.5, 1.5, shape) * (rng.random(shape) > 0.3)  # zeros too
-    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
-    v = rng.standard_normal(shape)
-    results = []
-    for m, make in ((mt, lambda b: leaf(b)),
-                    (torch, lambda b: torch.tensor(b, requires_grad=True))):
-        x = make(a)
-        # x ** 3 keeps g a function of x where every product is of one entry
-        g, = m.autograd.grad((m.cumprod(x, dim) ** 2).sum() + (x ** 3).sum(), x,
-                             create_graph=True)
-        hv, = m.autograd.grad((g * m.tensor(v)).sum(), x)
-        results.append((g.detach().numpy(), hv.numpy()))
-    for ours, theirs in zip(*results):
-        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)

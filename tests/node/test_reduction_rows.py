@@ -21,7 +21,7 @@ from minitorch_exp.node import ops as node_ops
 from minitorch_exp.node.node import Node
 from minitorch_exp.tensor.ops import REDUCTIONS
 
-from ._helpers import leaf, nonempty_shapes
+from ._helpers import assert_hessians_match_torch, leaf, nonempty_shapes
 from .test_new_elementwise import POLICIES, policy
 
 
@@ -92,39 +92,41 @@ def test_any_and_all_give_values_without_a_graph():
         assert y.dtype == mt.bool and not y.requires_grad and y.grad_fn is None
 
 
-@pytest.mark.parametrize("zeros", [[], [(0, 1)], [(0, 1), (0, 2)], [(1, 0), (0, 0), (1, 2)]])
-@pytest.mark.parametrize("dim", [1, None])
-def test_products_pass_gradgradcheck_with_zeros(zeros, dim):
-    """The rule divides by no zero, so second derivatives are finite and exact too."""
-    a = np.random.default_rng(3).uniform(0.5, 1.5, (2, 3))
+#: ``prod`` and the running product ``cumprod`` (a library row): the two products whose
+#: rules divide by no zero, and are exact at zeros to the second derivative.
+PRODUCTS = {"prod": lambda m, x, dim: x.prod(dim),
+            "cumprod": lambda m, x, dim: m.cumprod(x, dim)}
+
+
+@pytest.mark.parametrize("zeros", [[], [(0, 1)], [(0, 1), (0, 3)], [(1, 0), (1, 2), (1, 3)],
+                                   [(0, 0), (1, 3)]])
+@pytest.mark.parametrize("dim", [0, 1, None])
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_products_pass_gradgradcheck_with_zeros(name, dim, zeros):
+    """One zero in a slice, two, three, at either end."""
+    if name == "cumprod" and dim is None:
+        pytest.skip("a running product runs along one dim")
+    a = np.random.default_rng(3).uniform(0.5, 1.5, (2, 4))
     for z in zeros:
         a[z] = 0.0
-    x = leaf(a)
-    fn = (lambda t: (t * 1.5).prod(dim).sin()) if dim is not None \
-        else (lambda t: mt.prod(t * 1.5) ** 2)
-    assert mt.autograd.gradcheck(fn, [x])
-    assert mt.autograd.gradgradcheck(fn, [x])
+    fn = lambda t: PRODUCTS[name](mt, t * 1.5, dim).sin()  # noqa: E731
+    assert mt.autograd.gradcheck(fn, [leaf(a)])
+    assert mt.autograd.gradgradcheck(fn, [leaf(a)])
 
 
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
 @settings(max_examples=15, deadline=None)
 @given(shape=nonempty_shapes, seed=st.integers(0, 2**16), data=st.data())
-def test_product_hessians_match_pytorch(shape, seed, data):
-    torch = pytest.importorskip("torch")
+def test_product_hessians_match_pytorch(name, shape, seed, data):
+    pytest.importorskip("torch")
     rng = np.random.default_rng(seed)
-    a = rng.uniform(-1.5, 1.5, shape) * (rng.random(shape) > 0.2)  # zeros too
+    a = rng.uniform(-1.5, 1.5, shape) * (rng.random(shape) > 0.25)  # zeros too
     dim = data.draw(st.integers(-len(shape), len(shape) - 1))
-    v = rng.standard_normal(shape)
-    results = []
-    for m, make in ((mt, lambda b: leaf(b)),
-                    (torch, lambda b: torch.tensor(b, requires_grad=True))):
-        x = make(a)
-        # x ** 3 keeps g a function of x where a slice is one entry (PyTorch refuses a
-        # second grad of a constant)
-        g, = m.autograd.grad((x.prod(dim) ** 2).sum() + (x ** 3).sum(), x, create_graph=True)
-        hv, = m.autograd.grad((g * m.tensor(v)).sum(), x)
-        results.append((g.detach().numpy(), hv.numpy()))
-    for ours, theirs in zip(*results):
-        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+    # x ** 3 keeps the gradient a function of x where a product is of one entry
+    # (PyTorch refuses a second grad of a constant)
+    assert_hessians_match_torch(
+        lambda m, x: (PRODUCTS[name](m, x, dim) ** 2).sum() + (x ** 3).sum(), a,
+        rng.standard_normal(shape))
 
 
 def test_every_reduction_takes_pytorchs_dtype():
