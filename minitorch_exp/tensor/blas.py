@@ -143,7 +143,9 @@ def _symbols(lib, names: list[str]) -> list | None:
 def matmul(a, b, out=None):
     """``np.matmul(a, b, out=out)`` on one BLAS thread; a plain 2-D float product large
     enough (or a batch of one such) is computed in tiles (``_cut``), shared between the
-    pool's count of threads."""
+    pool's count of threads. A float16 product is computed in float32 (``_half``)."""
+    if a.dtype == _HALF or b.dtype == _HALF:
+        return _half(a, b, out)
     if _rows_fold(a, b, out):  # a linear layer on (batch, time, features)
         m = math.prod(a.shape[:-1])
         rows = matmul(a.reshape(m, a.shape[-1]), b,
@@ -166,6 +168,23 @@ def matmul(a, b, out=None):
         return out
     finally:
         _give_back(pool)
+
+
+_HALF = np.dtype(np.float16)
+
+
+def _half(a, b, out):
+    """``a @ b`` with a float16 operand: BLAS has no float16, and NumPy's float16 matmul
+    is a plain loop that rounds every partial sum to float16. So the operands are
+    converted to float32, multiplied by BLAS (sums in float32, as PyTorch's CPU
+    accumulates half products) and the result rounded once to NumPy's result dtype."""
+    dtype = np.result_type(a.dtype, b.dtype)
+    wide = np.result_type(dtype, np.float32)
+    product = matmul(a.astype(wide, copy=False), b.astype(wide, copy=False))
+    if out is None:
+        return product.astype(dtype, copy=False)
+    np.copyto(out, product, casting="unsafe")
+    return out
 
 
 def _borrow(pool) -> int:
