@@ -57,7 +57,7 @@ def _cast_to(dtype):
 
 
 def _scalar_cast(dtype):
-    """A cast of a scalar (a weak scalar rounded to float16, ``plan.py``): the NumPy
+    """A cast of a scalar (a compared weak scalar rounded to float16, ``plan.py``): the NumPy
     scalar, never a block of copies of it in ``out``."""
     def cast(x, out=None):
         return dtype.type(x)

@@ -6,8 +6,9 @@ times ``0.5`` stays float32, while an int32 tensor times ``0.5`` becomes float64
 
 float16 is a storage dtype, as in PyTorch's CPU kernels: a float16 value takes part
 in arithmetic as float32 (``arithmetic_dtype``) and is rounded to float16 once, when
-it is stored; promotion still says what is stored (float16 + float32 -> float32,
-float16 * 0.5 -> float16, int32 + float16 -> float16, as ``np.result_type``).
+it is stored; promotion still says what is stored, as ``np.result_type`` does:
+float16 + float32 -> float32, float16 * 0.5 -> float16, bool + float16 -> float16,
+int32 + float16 -> float64 (float16 cannot hold an int32; PyTorch says float16).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def as_dtype(dtype) -> np.dtype:
         names = ", ".join(d.name for d in SUPPORTED)
         raise TypeError(f"unknown dtype {dtype!r}: expected one of {names}")
     return found
+
+
+def is_name(value) -> bool:
+    """Whether ``value`` is a dtype's name ``as_dtype`` takes (``"half"``, ``"float32"``):
+    ``Module.to("half")`` tells it from a device's name so."""
+    return isinstance(value, str) and value in _NAMES
 
 
 def is_float(dtype: np.dtype) -> bool:

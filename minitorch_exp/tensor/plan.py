@@ -14,12 +14,15 @@ key back into the Plan, so the key provably holds everything the Plan needs.
 
 float16 is stored, never computed (``dtypes.arithmetic_dtype``): a step whose
 dtype promotes to float16 is held in float32, and only a cast to float16 or the
-store into dst rounds. A weak scalar meeting float16 is rounded to float16 first,
-as NumPy converts it (NEP 50), so one float16 op gives NumPy's bits::
+store into dst rounds (``x * 0.1 + y``, all float16, rounds once)::
 
-    t0 = cast(s0) -> float16
-    t1 = mul(in0, t0) -> float32      # in0: float16; the Plan's dtype: float16
+    t0 = mul(in0, s0) -> float32      # in0, in1: float16; the Plan's dtype: float16
+    t1 = add(t0, in1) -> float32
     result = t1
+
+A weak scalar keeps float32's precision there (Adam's ``eps`` of 1e-8 would be 0
+in float16), except in a comparison: ``x == 0.1`` compares with float16's 0.1, as
+NumPy and PyTorch do (a ``cast(s0) -> float16`` step first).
 
 Plans are cached by *structure* -- op names, dtypes, scalar kinds, the number
 of dims and which leaf is read where -- never by data, sizes or scalar values,
@@ -255,8 +258,8 @@ def _build(key: tuple) -> Plan:
 def _instr(tok, stack: list, kind, append, scalar_slots: range) -> int:
     """Append the instruction of a map token (an op name) or a cast token (a dtype), its
     operands popped from ``stack``; return its slot. A step promoted to float16 is held
-    and computed in float32, its weak scalars rounded to float16 first (module
-    docstring)."""
+    and computed in float32; a comparison's weak scalars are rounded to float16 first
+    (module docstring)."""
     held = dtypes.arithmetic_dtype
     if type(tok) is not str:
         x = stack.pop()
@@ -266,9 +269,9 @@ def _instr(tok, stack: list, kind, append, scalar_slots: range) -> int:
     del stack[-op.arity:]
     kinds = [kind(a) for a in args]
     result, compute = op.result_dtype(kinds), op.compute_dtype(kinds)
-    if compute == dtypes.float16:
+    if compute == dtypes.float16 and result == dtypes.bool_:
         args = [append(Instr("cast", (a,), compute, np.result_type(kinds[i])), compute)
-                if a in scalar_slots and not (op.name == "where" and i == 0) else a
+                if a in scalar_slots else a
                 for i, a in enumerate(args)]
     return append(Instr(op.name, tuple(args), held(result), held(compute)), result)
 
