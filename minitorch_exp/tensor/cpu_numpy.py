@@ -113,8 +113,8 @@ class Schedule:
             self.steps.append((_step_function(ins, plan), ins.args))
         self.scratch, self.buffer_of = _assign_buffers(plan)
         # The float16 leaves an op reads, converted to float32 before it runs (module doc).
-        self.widen = tuple({a for ins in plan.instrs if ins.op != "cast" for a in ins.args
-                            if a < plan.n_leaves and plan.leaf_dtypes[a] == dtypes.float16})
+        self.widen = tuple(sorted({a for ins in plan.instrs if ins.op != "cast" for a in ins.args
+                                   if a < plan.n_leaves and plan.leaf_dtypes[a] == dtypes.float16}))
         # ``x[...] = where(x > 0, x, 0)``: the last step must not write into an input.
         self.last_unsafe = bool(plan.instrs) and not in_place_safe(plan.instrs[-1].op)
 

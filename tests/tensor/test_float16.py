@@ -301,3 +301,13 @@ def test_cuda_float16_sources_compile_with_nvcc(tmp_path):
          "-o", str(tmp_path / "half.ptx"), str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "half.ptx").read_text().count(".entry") == 6
+
+
+def test_explain_shows_what_runs_a_float16_plan():
+    """The NumPy schedule, converting float16 to float32, not numba code that never runs."""
+    x = T.from_numpy(np.ones((300, 400), F16))
+    with using_cpu_backend("numba"):
+        text = mt.explain(T.tanh(x * 2 + 1) + x)
+    assert "NumPy schedule for cpu" in text and "@njit" not in text
+    assert "f0 = in0[blk].astype(np.float32)" in text
+    assert "t0 = mul(in0, s0) -> float32" in text
