@@ -253,6 +253,16 @@ def test_casts_between_float16_and_float32_are_differentiable():
     assert h.grad.dtype == F16 and h.grad.numpy().tolist() == [1.0, 4.0]
 
 
+def test_pytorch_half_tensors_are_shared_both_ways_by_dlpack():
+    torch = pytest.importorskip("torch")
+    t = torch.tensor([0.1, 2.5], dtype=torch.half)
+    x = mt.from_dlpack(t)
+    t[0] = 7  # the same memory
+    assert x.dtype == F16 and x.numpy().tolist() == [7.0, 2.5]
+    back = torch.from_dlpack(mt.tensor(np.array([1.5, 3], F16)))
+    assert back.dtype == torch.float16 and back.tolist() == [1.5, 3.0]
+
+
 def test_safetensors_keeps_float16_as_f16(tmp_path):
     arr = np.array([[0.1, -2.5], [65504, 6e-8]], F16)
     save_file({"h": arr}, tmp_path / "h.safetensors")
