@@ -27,6 +27,7 @@ from minitorch_exp.tensor.backends import using_cpu_backend
 from minitorch_exp.tensor.ops import REDUCTIONS
 from minitorch_exp.tensor.plan import make_plan
 
+from ..devices import requires_gpu
 from .strategies import arrays, broadcastable_to, shapes
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -321,3 +322,21 @@ def test_explain_shows_what_runs_a_float16_plan():
     assert "NumPy schedule for cpu" in text and "@njit" not in text
     assert "f0 = in0[blk].astype(np.float32)" in text
     assert "t0 = mul(in0, s0) -> float32" in text
+
+
+@pytest.mark.cuda
+@requires_gpu
+def test_gpu_float16_kernels_match_the_cpu():
+    """Elementwise (a mixed plan and a saver), reductions and a product on a GPU, to
+    float16's precision (the kernels compute in float32 as the CPU does)."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 64, 48)).astype(F16)
+
+    def build(device):
+        x, y = mt.tensor(a, device=device), mt.tensor(b, device=device)
+        z = (x * 0.5 + y.float()).tanh().half()
+        z += x * y
+        return [v.numpy() for v in (z, z.sum(0), z.mean(), z.amax(1), x @ y.transpose(0, 1))]
+    for cpu, gpu in zip(build("cpu"), build("cuda")):
+        assert gpu.dtype == cpu.dtype == F16
+        np.testing.assert_allclose(gpu.astype(F32), cpu.astype(F32), rtol=2e-3, atol=2e-2)
