@@ -279,8 +279,9 @@ class NumbaBackend:
         return flat_loop(plan, dtype)
 
     def column_sums(self, x, plan):
-        """A bias's gradient summed by the engine's own column-sum kernel (module's)."""
-        return column_sums(x, plan)
+        """A bias's gradient summed by the engine's own column-sum kernel (module's);
+        None (NumPy's reduce) where numba cannot compile it."""
+        return column_sums(x, plan) if compiles(plan, x.dtype) else None
 
     def dot(self, dst, a, b, saver: str):
         """BLAS, through the NumPy evaluator."""

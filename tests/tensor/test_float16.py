@@ -340,3 +340,11 @@ def test_gpu_float16_kernels_match_the_cpu():
     for cpu, gpu in zip(build("cpu"), build("cuda")):
         assert gpu.dtype == cpu.dtype == F16
         np.testing.assert_allclose(gpu.astype(F32), cpu.astype(F32), rtol=2e-3, atol=2e-2)
+
+
+def test_the_numba_backend_offers_no_float16_loop_or_column_sums():
+    """The backend contract's fast paths for small work decline float16 (None: NumPy)."""
+    h = T.from_numpy(np.ones((4, 3), F16))
+    backend = cpu_numba.NumbaBackend()
+    assert backend.flat_loop(make_plan(T.relu(h), 2)[0], F16) is None
+    assert backend.column_sums(h.numpy(), make_plan(h, 2)[0]) is None
