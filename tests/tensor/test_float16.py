@@ -348,3 +348,14 @@ def test_the_numba_backend_offers_no_float16_loop_or_column_sums():
     backend = cpu_numba.NumbaBackend()
     assert backend.flat_loop(make_plan(T.relu(h), 2)[0], F16) is None
     assert backend.column_sums(h.numpy(), make_plan(h, 2)[0]) is None
+
+
+def test_explain_of_an_op_at_once_names_numpy_for_float16():
+    """relu on 10000 elements below the threshold: numba's loop for float32, NumPy's
+    form for float16 (the loop would not compile)."""
+    with using_cpu_backend("numba"):
+        for dtype in (F32, F16):
+            x = mt.tensor(np.ones(10_000, dtype), requires_grad=True)
+            decision = mt.explain(mt.relu(x)).split("\n")[1]
+            assert decision.startswith("computed eagerly")
+            assert ("by one compiled loop" in decision) == (dtype == F32)
