@@ -11,7 +11,8 @@ The evaluators:
   tests/tensor/test_cuda_codegen.py compiles every generated source with nvcc).
 
 The reference is NumPy itself: a row's values are its NumPy form's on the same
-operands, and its gradients the registry's rule run on NumPy arrays in float64
+operands (float16's: float32's, rounded, as float16 computes in float32), and its
+gradients the registry's rule run on NumPy arrays in float64
 (checked against finite differences by ``test_every_rule_matches_finite_differences``).
 Values agree to a few ulps (libm against the kernels' math), NaN where NaN and zeros
 of one sign; gradients to a tolerance of the dtype.
@@ -36,8 +37,12 @@ EVALUATORS = ["at once", "numpy kernels", "numba kernels", CUDA]
 SPECIAL = np.array([1.5, 0.5, -0.0, 0.0, 3e-8, -2.0, 6e4, 1e300, -1e300, np.inf, -np.inf,
                     np.nan, 1e-45])
 #: Values and ulps: how far a kernel's math library may be from NumPy's
-ULPS = {"float32": 8, "float64": 8}
-GRAD_TOL = {"float32": dict(rtol=3e-5, atol=1e-30), "float64": dict(rtol=1e-12, atol=1e-300)}
+ULPS = {"float16": 8, "float32": 8, "float64": 8}
+#: float16 computes in float32 and rounds (tensor/dtypes.py): its reference is float32's
+#: rounded, its gradients (float16 ops one after another in the rules) to a few ulps
+#: and subnormals (6e-8) of float16.
+GRAD_TOL = {"float16": dict(rtol=1e-2, atol=3e-7), "float32": dict(rtol=3e-5, atol=1e-30),
+            "float64": dict(rtol=1e-12, atol=1e-300)}
 
 
 def evaluator(name: str):
@@ -90,9 +95,13 @@ def _grid(name: str, dtype: str) -> list[np.ndarray]:
 
 
 def assert_ulps(got, want, dtype: str, ulps: int) -> None:
-    """Equal up to ``ulps`` units in the last place, nan where nan, zeros of one sign."""
+    """Equal up to ``ulps`` units in the last place, nan where nan, zeros of one sign
+    (but float16's: NumPy's float16 ``maximum(-0.0, 0.0)`` is -0.0, its float32 one,
+    which float16 computes with here, 0.0; IEEE allows either)."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     np.testing.assert_allclose(got, want, rtol=ulps * np.finfo(dtype).eps, atol=0)
+    if dtype == "float16":
+        return
     zeros = (got == 0) & (want == 0)
     np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
 
@@ -110,7 +119,13 @@ def run_row(name: str, arrays: list, upstream: np.ndarray, where: str):
 
 
 def reference_row(name: str, arrays: list, upstream: np.ndarray):
-    """NumPy's values of the row, and its rule's gradients on arrays."""
+    """NumPy's values of the row, and its rule's gradients on arrays; for float16,
+    those of float32 rounded to float16."""
+    if any(a.dtype == np.float16 for a in arrays):
+        out, grads = reference_row(name, [a.astype(np.float32) if a.dtype == np.float16
+                                          else a for a in arrays], upstream)
+        with np.errstate(over="ignore"):  # beyond 65504: inf, as float16 stores it
+            return out.astype(np.float16), [g.astype(np.float16) for g in grads]
     op = OPS[name]
     with np.errstate(all="ignore"):
         out = op.numpy(*arrays)
@@ -121,7 +136,7 @@ def reference_row(name: str, arrays: list, upstream: np.ndarray):
 
 
 @pytest.mark.parametrize("where", EVALUATORS)
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @pytest.mark.parametrize("name", ROWS)
 def test_every_row_on_special_values(name, dtype, where):
     arrays = grid(name, dtype)
@@ -169,7 +184,7 @@ def test_every_rule_matches_finite_differences(name):
 
 
 @pytest.mark.parametrize("where", EVALUATORS)
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @pytest.mark.parametrize("axis", [None, 0, 1])
 @pytest.mark.parametrize("name", REDUCE_ROWS)
 def test_every_reduction_with_special_values(name, axis, dtype, where):

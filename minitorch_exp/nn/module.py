@@ -357,13 +357,14 @@ class Module:
         return keys
 
     def to(self, *args, device=None, dtype=None, non_blocking: bool = False) -> Module:
-        """PyTorch's ``to``: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``,
-        ``to(tensor)`` (its device and dtype) or keywords. A dtype applies to floating-point
-        parameters and buffers only (integer buffers keep theirs), and gradients follow."""
+        """PyTorch's ``to``: ``to(device)``, ``to(dtype)`` (a dtype's name too: ``"half"``),
+        ``to(device, dtype)``, ``to(tensor)`` (its device and dtype) or keywords. A dtype
+        applies to floating-point parameters and buffers only (integer buffers keep
+        theirs), and gradients follow."""
         for a in args:
             if isinstance(a, Node):
                 device, dtype = a.device, a.dtype
-            elif isinstance(a, (np.dtype, type)):
+            elif isinstance(a, (np.dtype, type)) or dtypes.is_name(a):
                 dtype = a
             else:
                 device = a
@@ -383,7 +384,9 @@ class Module:
         return self.to(dtypes.float64)
 
     def half(self) -> Module:
-        return self.to(np.float16)  # refused with the Tensor level's message: no float16
+        """Floating-point parameters and buffers as float16 (stored as float16, computed
+        in float32: tensor/dtypes.py)."""
+        return self.to(dtypes.float16)
 
     # ---- display ----------------------------------------------------------------
     def extra_repr(self) -> str:

@@ -26,7 +26,7 @@ import weakref
 
 from ..node.grad_mode import no_grad
 from ..node.node import Node, grads_in_sinks
-from ..tensor import capture
+from ..tensor import capture, dtypes
 from ..tensor.creation import new_empty, zeros_like
 from ..tensor.engine import assign_all, realize
 from ..tensor.expr import RVALUE, new_epoch, sqrt
@@ -429,13 +429,22 @@ def _slice_at(flat, start: int, like):
     return flat[start:start + like.numel()].view(like.shape)
 
 
+def state_like(p: Tensor) -> Tensor:
+    """Zeros for a running statistic of the parameter ``p`` (a momentum, Adam's moments),
+    of ``p``'s dtype -- but float32 for a float16 ``p``: a squared gradient under 2.4e-4
+    is 0 in float16, and Adam's step then divides by its eps alone (PyTorch's float16
+    Adam goes to nan; tests/nn/test_half_modules.py). The step itself computes in
+    float32 and rounds ``p`` once."""
+    return zeros_like(p, dtype=dtypes.arithmetic_dtype(p.dtype))
+
+
 def _restore(value, param: Node):
     if isinstance(value, Node):
-        t = zeros_like(param.value)
+        t = state_like(param.value)
         t[...] = value.value.to(param.device)
         return t
     if hasattr(value, "shape") and getattr(value, "shape", ()) != ():
-        t = zeros_like(param.value)
+        t = state_like(param.value)
         from ..tensor.tensor import from_array
         t[...] = from_array(value)
         return t
@@ -461,7 +470,7 @@ class SGD(Optimizer):
             return
         buf = state.get("momentum_buffer")
         if buf is None:  # the first step takes the gradient as it is, as torch does
-            buf = state["momentum_buffer"] = zeros_like(p)
+            buf = state["momentum_buffer"] = state_like(p)
             new_buf = grad
         else:
             new_buf = mom * buf + (1.0 - group["dampening"]) * grad
@@ -484,7 +493,7 @@ class Adam(Optimizer):
     def _update(self, p, g, state, group):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         if "exp_avg" not in state:
-            state.update(step=0, exp_avg=zeros_like(p), exp_avg_sq=zeros_like(p))
+            state.update(step=0, exp_avg=state_like(p), exp_avg_sq=state_like(p))
         state["step"] += 1
         t = state["step"]
         m, v = state["exp_avg"], state["exp_avg_sq"]
@@ -520,7 +529,7 @@ class Adadelta(Optimizer):
     def _update(self, p, g, state, group):
         lr, rho, eps, wd = group["lr"], group["rho"], group["eps"], group["weight_decay"]
         if "square_avg" not in state:
-            state.update(step=0, square_avg=zeros_like(p), acc_delta=zeros_like(p))
+            state.update(step=0, square_avg=state_like(p), acc_delta=state_like(p))
         state["step"] += 1
         s, a = state["square_avg"], state["acc_delta"]
         grad = realize(g + wd * p) if wd else g  # computed first: read after p's update

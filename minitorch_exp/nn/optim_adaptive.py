@@ -8,10 +8,9 @@ are PyTorch's step for step (tests/nn/test_optim_more.py follows its trajectorie
 
 from __future__ import annotations
 
-from ..tensor.creation import zeros_like
 from ..tensor.engine import assign_all
 from ..tensor.expr import sqrt
-from .optim import Optimizer
+from .optim import Optimizer, state_like
 
 
 def _begin(state: dict, p, **buffers: float) -> int:
@@ -20,7 +19,7 @@ def _begin(state: dict, p, **buffers: float) -> int:
     if "step" not in state:
         state["step"] = 0
         for name, value in buffers.items():
-            t = state[name] = zeros_like(p)
+            t = state[name] = state_like(p)
             if value:
                 t[...] = value
     state["step"] += 1

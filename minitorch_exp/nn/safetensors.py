@@ -39,7 +39,7 @@ __all__ = ["DTYPES", "MAX_HEADER_BYTES", "SafetensorsError", "load_file", "save_
 
 #: safetensors' dtype names for the dtypes minitorch_exp holds.
 DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "I64": np.dtype("<i8"),
-          "I32": np.dtype("<i4"), "BOOL": np.dtype("?")}
+          "I32": np.dtype("<i4"), "BOOL": np.dtype("?"), "F16": np.dtype("<f2")}
 _NAMES = {dtype.newbyteorder("="): name for name, dtype in DTYPES.items()}
 #: The safetensors package refuses headers over 100 MB; so do we.
 MAX_HEADER_BYTES = 100_000_000
@@ -250,7 +250,7 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     Raises:
         FileNotFoundError: ``path`` does not exist.
         SafetensorsError: The file is damaged or hostile, or holds a dtype
-            minitorch_exp does not support (F16, BF16, F8_*, I8, U8 ...).
+            minitorch_exp does not support (BF16, F8_*, I8, U8 ...).
     """
     path = Path(path)
     with open(path, "rb") as f:

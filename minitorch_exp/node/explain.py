@@ -227,7 +227,7 @@ def _group_kernels(group: list, nodes, names, known, parts, device, backend) -> 
     s = split_named(e, leaf_names)
     if _at_once(sink):
         n, op = _work(sink).numel(), node_op(sink)
-        compiled = eager.by_compiled_loop(n, op)
+        compiled = eager.by_compiled_loop(n, op, _work(sink).dtype)
         backend = "numba" if compiled else "numpy"
         how = "one compiled loop, no kernel launch" if compiled else \
             "one NumPy call per op of this Plan, no kernel"

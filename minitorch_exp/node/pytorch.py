@@ -33,21 +33,22 @@ from .node import Node, empty, from_numpy, randn, tensor
 
 # ---- dtypes ---------------------------------------------------------------------------
 
-#: PyTorch's dtype names -> the dtype here. The last five are named so that scripts
-#: comparing with them run; making a tensor of one is refused (supported: five dtypes).
+#: PyTorch's dtype names -> the dtype here. The last four are named so that scripts
+#: comparing with them run; making a tensor of one is refused (supported: six dtypes).
 DTYPES = {
+    "float16": dtypes.float16, "half": dtypes.float16,
     "float32": dtypes.float32, "float": dtypes.float32,
     "float64": dtypes.float64, "double": dtypes.float64,
     "int64": dtypes.int64, "long": dtypes.int64,
     "int32": dtypes.int32, "int": dtypes.int32,
     "bool": dtypes.bool_,
     "uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8), "int16": np.dtype(np.int16),
-    "short": np.dtype(np.int16), "float16": np.dtype(np.float16), "half": np.dtype(np.float16),
+    "short": np.dtype(np.int16),
 }
 #: ``x.type()`` answers with PyTorch's type names, and ``x.type(name)`` takes them.
 TYPE_NAMES = {dtypes.float32: "torch.FloatTensor", dtypes.float64: "torch.DoubleTensor",
               dtypes.int64: "torch.LongTensor", dtypes.int32: "torch.IntTensor",
-              dtypes.bool_: "torch.BoolTensor"}
+              dtypes.bool_: "torch.BoolTensor", dtypes.float16: "torch.HalfTensor"}
 
 
 def get_default_dtype() -> np.dtype:
@@ -408,7 +409,7 @@ METHODS = {
     "to": to, "type": type_, "cuda": cuda, "contiguous": contiguous,
     "float": _cast(dtypes.float32), "double": _cast(dtypes.float64),
     "long": _cast(dtypes.int64), "int": _cast(dtypes.int32), "bool": _cast(dtypes.bool_),
-    "half": _cast(DTYPES["half"]),
+    "half": _cast(dtypes.float16),
     "view_as": view_as, "reshape_as": reshape_as, "expand_as": expand_as, "type_as": type_as,
     "mm": mm, "bmm": bmm, "matmul": ops.matmul, "t": t,
     "clamp": clamp, "clamp_": clamp_, "max": max, "min": min, "argmin": argmin,

@@ -57,6 +57,10 @@ class Dialect:
     def template(self, op: OpDef) -> str:
         raise NotImplementedError
 
+    def held(self, dtype: np.dtype) -> np.dtype:
+        """The dtype a local of ``dtype`` is held in: its own."""
+        return dtype
+
     def apply(self, op: OpDef, args: list[str], compute: np.dtype) -> str:
         return self.template(op).format(*args, T=self.type_name(compute))
 
@@ -90,20 +94,41 @@ class PythonDialect(Dialect):
 
 
 class CudaDialect(Dialect):
-    """CUDA C++: a typed ``const`` local per slot; C's conversions on initialization."""
+    """CUDA C++: a typed ``const`` local per slot; C's conversions on initialization.
+
+    A float16 array is ``__half`` (``<cuda_fp16.h>``), but no local is: a float16
+    value is held as ``float`` (loaded with ``__half2float``), computed in float, and
+    rounded by ``__float2half`` where it is stored or cast to float16 -- as the NumPy
+    evaluator computes it. No implicit ``__half`` conversion is relied on.
+    """
 
     name = "cuda"
-    TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int32: "int",
-             dtypes.int64: "long long", dtypes.bool_: "bool"}
+    TYPES = {dtypes.float16: "__half", dtypes.float32: "float", dtypes.float64: "double",
+             dtypes.int32: "int", dtypes.int64: "long long", dtypes.bool_: "bool"}
 
     def type_name(self, dtype):
         return self.TYPES[np.dtype(dtype)]
 
     def convert(self, expr, dtype):
+        if dtype == dtypes.float16:  # a value to store: rounded once
+            return f"__float2half((float)({expr}))"
         return f"(({self.type_name(dtype)}){expr})"
 
     def declare(self, name, dtype, expr):
+        if dtype == dtypes.float16:  # a cast to float16: rounds, and is held as float
+            return f"const float {name} = __half2float({self.convert(expr, dtype)});"
         return f"const {self.type_name(dtype)} {name} = {expr};"
+
+    def held(self, dtype):
+        return dtypes.arithmetic_dtype(dtype)
+
+    def read(self, expr: str, dtype: np.dtype) -> str:
+        """An array element of ``dtype`` as the value it is held as (``held``)."""
+        return f"__half2float({expr})" if dtype == dtypes.float16 else expr
+
+    def load(self, name: str, dtype: np.dtype, expr: str) -> str:
+        """Declare ``name`` holding the array element ``expr`` of ``dtype``."""
+        return f"const {self.type_name(self.held(dtype))} {name} = {self.read(expr, dtype)};"
 
     def template(self, op):
         return op.cuda
@@ -139,14 +164,14 @@ def render_body(plan, dialect: Dialect, prefix: str = "") -> tuple[list[str], st
     one kernel apart). Returns ``(lines, result_name, result_dtype)``.
     """
     names = leaf_names(plan, prefix) + scalar_names(plan, prefix)
-    kinds = input_dtypes(plan)
+    kinds = [dialect.held(dt) for dt in input_dtypes(plan)]
     lines = []
     for k, ins in enumerate(plan.instrs):
         args = [_operand(dialect, names[a], kinds[a], ins, i) for i, a in enumerate(ins.args)]
         # A cast's compute dtype is its source dtype: declaring converts it.
         expr = args[0] if ins.op == "cast" else dialect.apply(OPS[ins.op], args, ins.compute)
         names.append(f"{prefix}t{k}")
-        kinds.append(ins.dtype)
+        kinds.append(dialect.held(ins.dtype))
         lines.append(dialect.declare(names[-1], ins.dtype, expr))
     return lines, names[plan.out], kinds[plan.out]
 

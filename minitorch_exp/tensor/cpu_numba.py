@@ -32,6 +32,8 @@ The work is split by job:
   run on the NumPy evaluator from as many elements as their rows' ``cost_ns``
   says (``numpy_from``); argmax always, and max/min of large inputs, whose
   NaN-propagating compare does not vectorize.
+  A Plan that reads or writes float16 always runs on the NumPy evaluator:
+  numba has no float16 on the CPU (``compiles``).
 
 Measurements behind the constants (op costs, the parallel threshold per
 threading layer, why TBB and never OpenMP by default, compile and load
@@ -46,7 +48,7 @@ import math
 
 import numpy as np
 
-from . import caches, numba_launch
+from . import caches, dtypes, numba_launch
 from .backend_contract import EvaluatorLaunch, Lowered
 from .codegen import reduce_count
 from .counters import count
@@ -96,6 +98,19 @@ def __getattr__(name: str):
     if name == "PARALLEL_MIN":
         return numba_launch.PARALLEL_MIN
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def compiles(plan, *dst_dtypes) -> bool:
+    """Whether numba can compile ``plan`` writing ``dst_dtypes``: not when a leaf, a
+    step or a dst is float16. numba has no float16 on the CPU (its array model refuses
+    one: ``NotImplementedError: float16``), so such a Plan runs on the NumPy evaluator,
+    which computes it in float32 as PyTorch's CPU kernels compute half. The one rule:
+    every choice of a kernel here asks it (tests/tensor/test_float16.py)."""
+    found = plan.compiled.get("numba-dtypes")
+    if found is None:
+        held = (*plan.leaf_dtypes, *[ins.dtype for ins in plan.instrs], plan.dtype)
+        found = plan.compiled["numba-dtypes"] = dtypes.float16 not in held
+    return found and dtypes.float16 not in dst_dtypes
 
 
 def numpy_from(plan) -> float:
@@ -154,7 +169,7 @@ def _elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
 def _make_elementwise_launch(plan, dst, leaves, saver: str) -> Launch | None:
     loops = plan_loops(dst, leaves)
     n = dst.numel()
-    if loops is None or numpy_is_faster(plan, n):
+    if loops is None or numpy_is_faster(plan, n) or not compiles(plan, dst.dtype):
         return None
     key = ("numba", len(loops.shape), saver, loops.kinds, dst.dtype.char)
     kernel = compiled_or_none(plan, lambda: elementwise_kernel(
@@ -169,7 +184,7 @@ def flat_loop(plan, dtype):
     writing ``dtype`` -- the kernel the engine runs for a statement over contiguous
     tensors -- called by ``run_flat`` without the engine's lowering, where an op of
     ``plan`` is one NumPy runs slowly and every op is built in; else None."""
-    if not _runs_flat(plan):
+    if not _runs_flat(plan) or not compiles(plan, np.dtype(dtype)):
         return None
     kernel = flat_module(plan, dtype)
     return None if kernel is None else functools.partial(run_flat, kernel, dtype=dtype)
@@ -246,7 +261,8 @@ class NumbaBackend:
         """The ``Launch`` of statements writing ``dsts`` (all statements' ``leaves``) in
         one loop, or None when they cannot share one (``engine.assign_all`` keeps it)."""
         n = dsts[0].numel()
-        if any(numpy_is_faster(plan, n) for plan in plans):
+        if any(numpy_is_faster(plan, n) or not compiles(plan, d.dtype)
+               for plan, d in zip(plans, dsts)):
             return None
         loops = plan_group_loops(dsts, leaves)
         if loops is None:
@@ -263,8 +279,9 @@ class NumbaBackend:
         return flat_loop(plan, dtype)
 
     def column_sums(self, x, plan):
-        """A bias's gradient summed by the engine's own column-sum kernel (module's)."""
-        return column_sums(x, plan)
+        """A bias's gradient summed by the engine's own column-sum kernel (module's);
+        None (NumPy's reduce) where numba cannot compile it."""
+        return column_sums(x, plan) if compiles(plan, x.dtype) else None
 
     def dot(self, dst, a, b, saver: str):
         """BLAS, through the NumPy evaluator."""
@@ -276,8 +293,8 @@ class NumbaBackend:
         plan, leaves, scalars = lowered
         elements = math.prod(e.x.shape)
         reduction = e.reduction
-        loops = None if _numpy_reduces_better(reduction, elements, plan) else \
-            reduce_loops(dst, e, leaves)
+        loops = None if _numpy_reduces_better(reduction, elements, plan) or \
+            not compiles(plan, dst.dtype) else reduce_loops(dst, e, leaves)
         kernel = None if loops is None else compiled_or_none(plan, lambda: reduce_kernel(
             plan, reduction, len(loops.kept), len(loops.reduced), saver, loops.kinds,
             dst.dtype, loops.by_columns))

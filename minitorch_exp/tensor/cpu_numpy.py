@@ -7,6 +7,10 @@ intermediate stays in cache and nothing as large as the operands is allocated.
 Arrays that fit in one block skip the blocking machinery, and their
 intermediates go to the same scratch buffers from ``SCRATCH_FROM`` elements on.
 
+A Plan over float16 computes in float32 (``plan.py``): the float16 leaves its
+ops read are converted to float32 first (``Schedule.widen``), as NumPy's float16
+ufuncs would round each step's result, and the store into dst rounds once.
+
 This evaluator is the reference the compiled ones are tested against. It
 implements ``backend_contract.Backend`` and, like every backend, imports
 nothing of the engine, the planner or capture: a reduction's input arrives
@@ -21,7 +25,7 @@ import threading
 
 import numpy as np
 
-from . import blas, environment
+from . import blas, dtypes, environment
 from . import layout as L
 from .backend_contract import EvaluatorLaunch, Lowered, whole_tensor
 from .counters import count
@@ -52,10 +56,19 @@ def _cast_to(dtype):
     return cast
 
 
-def _step_function(ins):
+def _scalar_cast(dtype):
+    """A cast of a scalar (a compared weak scalar rounded to float16, ``plan.py``): the NumPy
+    scalar, never a block of copies of it in ``out``."""
+    def cast(x, out=None):
+        return dtype.type(x)
+    return cast
+
+
+def _step_function(ins, plan):
     """The NumPy function of one instruction: ``fn(*arrays, out=None)`` returning the result."""
     if ins.op == "cast":
-        return _cast_to(ins.dtype)
+        scalar = plan.n_leaves <= ins.args[0] < plan.n_inputs
+        return _scalar_cast(ins.dtype) if scalar else _cast_to(ins.dtype)
     op = OPS[ins.op]
     return op.numpy if op.builtin else _user_function(op)
 
@@ -97,8 +110,11 @@ class Schedule:
         self.plan = plan
         self.steps = []
         for ins in plan.instrs:
-            self.steps.append((_step_function(ins), ins.args))
+            self.steps.append((_step_function(ins, plan), ins.args))
         self.scratch, self.buffer_of = _assign_buffers(plan)
+        # The float16 leaves an op reads, converted to float32 before it runs (module doc).
+        self.widen = tuple(sorted({a for ins in plan.instrs if ins.op != "cast" for a in ins.args
+                                   if a < plan.n_leaves and plan.leaf_dtypes[a] == dtypes.float16}))
         # ``x[...] = where(x > 0, x, 0)``: the last step must not write into an input.
         self.last_unsafe = bool(plan.instrs) and not in_place_safe(plan.instrs[-1].op)
 
@@ -170,6 +186,8 @@ def run_program(sched: Schedule, env: list, dst, saver: str, scratch=None, shape
     if not steps:
         save(dst, env[sched.plan.out], saver)
         return
+    for i in sched.widen:
+        env[i] = env[i].astype(dtypes.float32)
     n = len(steps) - 1
     for k in range(n):
         fn, args = steps[k]
@@ -269,7 +287,8 @@ class NumpyBackend:
             save(dst.array, r.reshape(e.shape), saver)
             return None
         if whole_tensor(lowered, x_shape) is not None or math.prod(x_shape) <= BLOCK:
-            r = _reduce_array(reduction, _materialize(lowered, e.x), e.axes, e.dtype)
+            r = _reduce_array(reduction, _materialize(lowered, e.x), e.axes,
+                              dtypes.arithmetic_dtype(e.dtype))  # float16 adds in float32
         else:
             r = _blocked_reduce(e, lowered)
         if reduction.divide:
@@ -332,7 +351,7 @@ def _blocked_reduce(e, lowered: Lowered):
     ins = [strided_view(t.storage.data,
                         L.permute_layout(L.broadcast_layout(t.layout, x_shape), perm))
            for t in leaves]
-    ufunc, acc = _fold(e.reduction), e.dtype
+    ufunc, acc = _fold(e.reduction), dtypes.arithmetic_dtype(e.dtype)
     result = np.empty(pshape[:n_kept], acc)
     scratch = _scratch_for(sched)
     values = scratch_buffer(e.x.dtype, len(scratch))

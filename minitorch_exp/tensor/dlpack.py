@@ -114,7 +114,7 @@ def from_dlpack(obj) -> Tensor:
     Memory that one of our tensors exported comes back over the same Storage, with
     its version counter; other memory becomes a new Storage marked shared. A
     read-only producer gives a read-only tensor. A dtype minitorch_exp does not hold
-    (float16, uint8 ...) is refused rather than copied behind the caller's back.
+    (uint8, complex64 ...) is refused rather than copied behind the caller's back.
     """
     producer = _as_producer(obj)
     kind, index = producer.__dlpack_device__()

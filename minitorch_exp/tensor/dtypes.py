@@ -1,22 +1,30 @@
-"""The five dtypes minitorch_exp supports, and NumPy's promotion rules for them.
+"""The six dtypes minitorch_exp supports, and NumPy's promotion rules for them.
 
 Dtypes are plain ``numpy.dtype`` objects, so ``mt.float32 == np.float32`` holds.
 Promotion is NumPy's (NEP 50): Python scalars are *weak*, so a float32 tensor
 times ``0.5`` stays float32, while an int32 tensor times ``0.5`` becomes float64.
+
+float16 is a storage dtype, as in PyTorch's CPU kernels: a float16 value takes part
+in arithmetic as float32 (``arithmetic_dtype``) and is rounded to float16 once, when
+it is stored; promotion still says what is stored, as ``np.result_type`` does:
+float16 + float32 -> float32, float16 * 0.5 -> float16, bool + float16 -> float16,
+int32 + float16 -> float64 (float16 cannot hold an int32; PyTorch says float16).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+float16 = np.dtype(np.float16)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 bool_ = np.dtype(np.bool_)
 
-SUPPORTED = (float32, float64, int32, int64, bool_)
-_NAMES = {"float32": float32, "float": float32, "float64": float64, "double": float64,
+SUPPORTED = (float16, float32, float64, int32, int64, bool_)
+_NAMES = {"float16": float16, "half": float16, "float32": float32, "float": float32,
+          "float64": float64, "double": float64,
           "int32": int32, "int": int64, "int64": int64, "long": int64, "bool": bool_}
 _PYTHON_TYPES = {float: float32, int: int64, bool: bool_}
 
@@ -36,6 +44,12 @@ def as_dtype(dtype) -> np.dtype:
         names = ", ".join(d.name for d in SUPPORTED)
         raise TypeError(f"unknown dtype {dtype!r}: expected one of {names}")
     return found
+
+
+def is_name(value) -> bool:
+    """Whether ``value`` is a dtype's name ``as_dtype`` takes (``"half"``, ``"float32"``):
+    ``Module.to("half")`` tells it from a device's name so."""
+    return isinstance(value, str) and value in _NAMES
 
 
 def is_float(dtype: np.dtype) -> bool:
@@ -67,6 +81,12 @@ def result_type(*operands) -> np.dtype:
     if dtype not in SUPPORTED:
         dtype = float64 if dtype.kind in "fc" else int64
     return dtype
+
+
+def arithmetic_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype values of ``dtype`` are computed in: float16's is float32 (module
+    docstring); every other dtype computes as itself."""
+    return float32 if dtype == float16 else dtype
 
 
 def float_result(dtype: np.dtype) -> np.dtype:

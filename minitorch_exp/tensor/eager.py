@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import blas, environment
+from . import blas, dtypes, environment
 from . import capture as recording
 from .backends import device_backend
 from .caches import memo_table
@@ -116,7 +116,7 @@ def decision(e: Exp, op: str = "") -> str:
                 "threshold applies on the CPU)")
     if recording.active() is not None:
         return "kept lazy to fuse: a capture is recording (a replay repeats kernels only)"
-    if n < limit and by_compiled_loop(n, op):
+    if n < limit and by_compiled_loop(n, op, e.dtype):
         return (f"computed eagerly: {n} elements, below the fusion threshold of {limit}, "
                 f"by one compiled loop (NumPy's form of {op} runs slowly; from "
                 f"{COMPILED_FROM} elements)")
@@ -126,11 +126,12 @@ def decision(e: Exp, op: str = "") -> str:
     return f"kept lazy to fuse: {n} elements, at or above the fusion threshold of {limit}"
 
 
-def by_compiled_loop(n: int, op: str) -> bool:
-    """Whether the registry op ``op`` on ``n`` elements computed at once runs the CPU
-    evaluator's compiled loop (``Backend.flat_loop``) rather than its NumPy form."""
+def by_compiled_loop(n: int, op: str, dtype: np.dtype) -> bool:
+    """Whether the registry op ``op`` on ``n`` elements of ``dtype`` computed at once runs
+    the CPU evaluator's compiled loop (``Backend.flat_loop``) rather than its NumPy
+    form: never over float16, which numba does not compile (``cpu_numba.compiles``)."""
     return (op in OPS and OPS[op].numpy_slow and n >= COMPILED_FROM
-            and device_backend(CPU).name == "numba")
+            and device_backend(CPU).name == "numba" and dtype != dtypes.float16)
 
 
 # ---- forward: an elementwise op of the registry ---------------------------------------

@@ -292,7 +292,7 @@ def kernel_code(k: Kernel, device, backend: str, dst=None, saver: str = "=",
         source = compiled_source(k, dst, saver, "numba")
         if source is not None:
             return [f"Code of {k.name}: Python compiled by numba for cpu"] + source
-        note = " (numba source unavailable; NumPy schedule shown)"
+        note = " (no numba kernel for it, e.g. over float16; NumPy schedule shown)"
     else:
         note = ""
     return [f"Code of {k.name}: NumPy schedule for cpu{note}"] + numpy_schedule(k, saver)

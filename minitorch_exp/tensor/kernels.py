@@ -38,6 +38,9 @@ def numpy_schedule(k: Kernel, saver: str = "=") -> list[str]:
     names += [f"s{i}" for i in range(len(plan.scalar_types))]
     result = "vals" if k.kind == "reduce" else "out[blk]"
     lines = [f"  for blk in blocks(out, {BLOCK}):   # every operand cut the same way"]
+    for i in getattr(sched, "widen", ()):
+        lines.append(f"      f{i} = in{i}[blk].astype(np.float32)   # float16 computes in float32")
+        names[i] = f"f{i}"
     for i, (ins, buf) in enumerate(zip(plan.instrs, buffers)):
         target = f"buf{buf}" if buf is not None else result
         call = f"{_np_name(ins)}({', '.join(names[a] for a in ins.args)}"
@@ -74,7 +77,8 @@ def _reduce_call(r: Reduce) -> str:
 
 
 def compiled_source(k: Kernel, dst, saver: str, target: str) -> list[str] | None:
-    """The numba (``target='numba'``) or CUDA source for ``k``; None when unavailable.
+    """The numba (``target='numba'``) or CUDA source for ``k``; None when unavailable,
+    or when numba would not compile it (``cpu_numba.compiles``: a float16 Plan).
 
     The loops are merged as the backend merges them for these layouts (``dst``
     None: a new contiguous result), so the text is the module it compiles.
@@ -84,8 +88,10 @@ def compiled_source(k: Kernel, dst, saver: str, target: str) -> list[str] | None
             from .cuda import cuda_reduce_source as reduce_source
             from .cuda import cuda_source as elementwise_source
         else:
+            from .cpu_numba import compiles, reduce_source
             from .cpu_numba import kernel_source as elementwise_source
-            from .cpu_numba import reduce_source
+            if not compiles(k.planned()[0], dst.dtype if dst is not None else k.node.dtype):
+                return None
         text = _source(k, dst, saver, target, elementwise_source, reduce_source)
     except (ImportError, AttributeError, TypeError, NotImplementedError):
         return None

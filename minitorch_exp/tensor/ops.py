@@ -624,12 +624,13 @@ class ReduceDef:
         return dtype
 
     def accumulator_dtype(self, dtype: np.dtype) -> np.dtype:
-        """Sums accumulate in 64 bits (float32 sums in float64, for accuracy)."""
+        """Sums accumulate in 64 bits (float32 sums in float64, for accuracy); float16
+        in float32 at least (``dtypes.arithmetic_dtype``)."""
         if self.accumulate == "float64" or (self.accumulate == "wide" and dtype.kind == "f"):
             return dtypes.float64
         if self.accumulate == "bool":
             return dtypes.bool_
-        return dtypes.int64 if self.accumulate == "wide" else dtype
+        return dtypes.int64 if self.accumulate == "wide" else dtypes.arithmetic_dtype(dtype)
 
     def identity_value(self, dtype: np.dtype):
         """The accumulator's first value for ``dtype``: 0, 1, or its lowest or highest value

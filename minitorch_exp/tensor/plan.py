@@ -12,6 +12,18 @@ For ``w[...] = -0.1 * (g + 0.01 * w)`` (in0 = g, in1 = w, s0 = -0.1, s1 = 0.01):
 The cache key is the tree in post-order (see ``_walk``); ``_build`` reads the
 key back into the Plan, so the key provably holds everything the Plan needs.
 
+float16 is stored, never computed (``dtypes.arithmetic_dtype``): a step whose
+dtype promotes to float16 is held in float32, and only a cast to float16 or the
+store into dst rounds (``x * 0.1 + y``, all float16, rounds once)::
+
+    t0 = mul(in0, s0) -> float32      # in0, in1: float16; the Plan's dtype: float16
+    t1 = add(t0, in1) -> float32
+    result = t1
+
+A weak scalar keeps float32's precision there (Adam's ``eps`` of 1e-8 would be 0
+in float16), except in a comparison: ``x == 0.1`` compares with float16's 0.1, as
+NumPy and PyTorch do (a ``cast(s0) -> float16`` step first).
+
 Plans are cached by *structure* -- op names, dtypes, scalar kinds, the number
 of dims and which leaf is read where -- never by data, sizes or scalar values,
 so a training loop lowers each distinct statement once and then only looks
@@ -26,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import dtypes
 from . import expr as _expr
 from .caches import memo_table
 from .expr import RVALUE, Cast, Exp, Map, Scalar
@@ -37,7 +50,7 @@ from .tokens import NOT_DST, LeafToken, TreeToken, leaf_tokens
 class Instr:
     op: str                    # an op name from ops.OPS, or "cast"
     args: tuple[int, ...]      # input slots
-    dtype: np.dtype            # result dtype
+    dtype: np.dtype            # result dtype, as held (float16 only from a cast)
     compute: np.dtype          # dtype the operands are converted to
 
 
@@ -207,6 +220,7 @@ def _build(key: tuple) -> Plan:
     scalar_types = tuple(tok for tok in tokens if type(tok) is type)
     n_leaves, n_inputs = len(leaf_dtypes), len(leaf_dtypes) + len(scalar_types)
     instrs: list[Instr] = []
+    promoted: list[np.dtype] = []  # each step's dtype by promotion (its Instr's: as held)
     slots: list[int] = [-1]        # key index -> slot (key[0] is no node)
     stack: list[int] = []
     leaves_seen = scalars_seen = 0
@@ -216,7 +230,12 @@ def _build(key: tuple) -> Plan:
             return leaf_dtypes[slot]
         if slot < n_inputs:
             return _WEAK[scalar_types[slot - n_leaves]]
-        return instrs[slot - n_inputs].dtype
+        return promoted[slot - n_inputs]
+
+    def append(ins: Instr, dtype: np.dtype) -> int:
+        instrs.append(ins)
+        promoted.append(dtype)
+        return n_inputs + len(instrs) - 1
 
     for tok in tokens:
         if type(tok) is int:
@@ -226,8 +245,7 @@ def _build(key: tuple) -> Plan:
         elif type(tok) is type:
             slot, scalars_seen = n_leaves + scalars_seen, scalars_seen + 1
         else:
-            instrs.append(_instr(tok, stack, kind))
-            slot = n_inputs + len(instrs) - 1
+            slot = _instr(tok, stack, kind, append, range(n_leaves, n_inputs))
         slots.append(slot)
         stack.append(slot)
     out = stack[-1]
@@ -237,17 +255,25 @@ def _build(key: tuple) -> Plan:
                 np.dtype(dtype))
 
 
-def _instr(tok, stack: list, kind) -> Instr:
-    """The instruction of a map token (an op name) or a cast token (a dtype), its
-    operands popped from ``stack``."""
-    if type(tok) is str:
-        op = OPS[tok]
-        args = tuple(stack[-op.arity:])
-        del stack[-op.arity:]
-        kinds = [kind(a) for a in args]
-        return Instr(op.name, args, op.result_dtype(kinds), op.compute_dtype(kinds))
-    x = stack.pop()
-    return Instr("cast", (x,), tok, np.dtype(kind(x)))
+def _instr(tok, stack: list, kind, append, scalar_slots: range) -> int:
+    """Append the instruction of a map token (an op name) or a cast token (a dtype), its
+    operands popped from ``stack``; return its slot. A step promoted to float16 is held
+    and computed in float32; a comparison's weak scalars are rounded to float16 first
+    (module docstring)."""
+    held = dtypes.arithmetic_dtype
+    if type(tok) is not str:
+        x = stack.pop()
+        return append(Instr("cast", (x,), tok, held(np.result_type(kind(x)))), tok)
+    op = OPS[tok]
+    args = stack[-op.arity:]
+    del stack[-op.arity:]
+    kinds = [kind(a) for a in args]
+    result, compute = op.result_dtype(kinds), op.compute_dtype(kinds)
+    if compute == dtypes.float16 and result == dtypes.bool_:
+        args = [append(Instr("cast", (a,), compute, np.result_type(kinds[i])), compute)
+                if a in scalar_slots else a
+                for i, a in enumerate(args)]
+    return append(Instr(op.name, tuple(args), held(result), held(compute)), result)
 
 
 def plan_cache_size() -> int:

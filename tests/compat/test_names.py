@@ -221,8 +221,9 @@ def test_casts():
     assert x.to(dtype=mt.int64, device="cpu").dtype == np.int64
     assert x.to(mt.ones(1, dtype=mt.float64)).dtype == np.float64
     assert x.to(mt.float32, copy=True) is not x
+    assert x.half().dtype == np.float16 and x.to(mt.half).type() == "torch.HalfTensor"
     with pytest.raises(TypeError, match="unknown dtype"):
-        x.half()  # named, not supported
+        x.to(mt.uint8)  # named, not supported
     with pytest.raises(TypeError, match="expected a device"):
         x.to(3.5)
 

@@ -32,6 +32,13 @@ CASES = [
     ("clamp(int64, 0.5)", lambda L: L.clamp(L.tensor([0, 2]), 0.5, 1.5), "float32"),
     ("cat(float32, int64)", lambda L: L.cat([L.ones(2), L.tensor([1, 2])]), "float32"),
     ("int64 > 1.5", lambda L: L.tensor([1, 2]) > 1.5, "bool"),
+    ("int32 + float16", lambda L: L.ones(2, dtype=L.int32) + L.ones(2, dtype=L.float16),
+     "float16"),
+    ("float16 * Python float", lambda L: L.ones(2, dtype=L.float16) * 0.5, "float16"),
+    ("float16 + float32", lambda L: L.ones(2, dtype=L.float16) + L.ones(2), "float32"),
+    ("float16 + 0-d float64", lambda L: L.ones(2, dtype=L.float16) + L.tensor(1.5,
+                                                                           dtype=L.float64),
+     "float16"),
 ]
 
 
@@ -56,7 +63,7 @@ def test_the_cases_are_what_pytorch_does(fn, expected):
 class _NumpyTwin:
     """Just enough of the namespace for the cases, computing in float64 NumPy."""
 
-    float64, int32 = np.float64, np.int32
+    float16, float64, int32 = np.float16, np.float64, np.int32
     exp, where, cat = staticmethod(np.exp), staticmethod(np.where), staticmethod(np.concatenate)
 
     @staticmethod

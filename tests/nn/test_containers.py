@@ -208,9 +208,10 @@ def test_a_cast_after_backward_casts_the_gradients_and_trains():
     assert model.weight.dtype == mt.float64
 
 
-def test_half_is_refused_with_the_dtype_named():
-    with pytest.raises((TypeError, ValueError), match="float16"):
-        nn.Linear(2, 2).half()
+def test_half_converts_parameters_and_int8_is_refused_with_the_dtype_named():
+    assert nn.Linear(2, 2).half().weight.dtype == mt.float16  # tests/nn/test_half_modules.py
+    with pytest.raises((TypeError, ValueError), match="int8"):
+        nn.Linear(2, 2).to(mt.int8)
 
 
 @pytest.mark.parametrize("opt_cls", [optim.SGD, optim.Adam])

@@ -24,7 +24,7 @@ from minitorch_exp.tensor.plan import make_plan
 
 from ..devices import requires_gpu
 
-DTYPES = ("float32", "float64", "int32", "int64", "bool")
+DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool")
 SAVERS = ("=", "+=", "-=", "*=", "/=")
 
 

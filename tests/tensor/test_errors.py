@@ -110,15 +110,15 @@ def test_three_operand_error_lists_all_operands():
 
 def test_unknown_dtype_lists_the_supported_ones():
     numpy_refuses(lambda: np.dtype("float17"), TypeError)
-    for bad in ["float16", "float17", np.complex64, "uint8"]:
+    for bad in ["float17", np.complex64, "uint8"]:
         with pytest.raises(TypeError) as err:
             zeros(2, dtype=bad)
         msg = str(err.value)
         assert "unknown dtype" in msg and repr(bad) in msg
-        for name in ["float32", "float64", "int32", "int64", "bool"]:
+        for name in ["float16", "float32", "float64", "int32", "int64", "bool"]:
             assert name in msg
     with pytest.raises(TypeError, match="unknown dtype"):
-        from_numpy(np.zeros(2)).astype("float16")
+        from_numpy(np.zeros(2)).astype("uint8")
 
 
 def test_unknown_device_says_what_is_accepted():

@@ -73,7 +73,7 @@ def test_from_numpy_of_views_and_broadcasts():
 def test_from_numpy_converts_unsupported_dtypes_and_rejects_non_arrays():
     t = from_numpy(np.arange(3, dtype=np.uint8))
     assert t.dtype == int64 and t.numpy().tolist() == [0, 1, 2]
-    t = from_numpy(np.ones(2, dtype=np.float16))
+    t = from_numpy(np.ones(2, dtype=np.longdouble))
     assert t.dtype == float32
     with pytest.raises(TypeError, match="ndarray"):
         from_numpy([1, 2, 3])
