@@ -81,6 +81,11 @@ class Backend(Protocol):
     def dot(self, dst, a, b, saver: str) -> Call | None:
         """``dst (saver)= a @ b`` for tensors ``a`` and ``b``; the repeating call or None."""
 
+    def accumulates_in_place(self, dst, a, b, saver: str) -> bool:
+        """Whether ``dot`` applies the product to ``dst`` with ``saver`` as BLAS computes
+        it (``beta = 1``), or else from a product-sized temporary: what ``dot`` does,
+        and what ``explain`` reports."""
+
     def reduce(self, dst, e, saver: str, lowered: Lowered) -> Call | None:
         """``dst (saver)= e`` for a reduction ``e``, its input given as ``lowered``.
 

@@ -170,18 +170,23 @@ def matmul(a, b, out=None):
         _give_back(pool)
 
 
-def add_product(out, a, b) -> bool:
-    """``out += a @ b`` as one GEMM with ``beta = 1``: the product is added as it is
-    computed, with no temporary of ``out``'s size (``addmm``, a recurrent step's
-    ``gates += h @ W_hh.T``). Where CBLAS cannot read the operands or write ``out`` in
-    place (``_operands``: a float product, ``out`` sharing no memory with them), or no
-    ``Gemm`` is here, False, having done nothing."""
-    gemm = _gemm()
-    operands = _operands(a, b, out) if gemm is not None and out is not None else None
-    if operands is None:
+def adds_in_place(out, a, b) -> bool:
+    """Whether ``add_product`` can add ``a @ b`` into ``out`` by BLAS's ``beta``: CBLAS
+    reads the operands and writes ``out`` in place (``_operands``: a float product,
+    ``out``'s rows of unit stride, sharing no memory with them) and a ``Gemm`` is here."""
+    return _gemm() is not None and _operands(a, b, out) is not None
+
+
+def add_product(out, a, b, alpha: float = 1.0) -> bool:
+    """``out += alpha * (a @ b)`` as one GEMM with ``beta = 1``: the product is added as
+    it is computed, with no temporary of ``out``'s size (``addmm``, a recurrent step's
+    ``gates += h @ W_hh.T``; ``alpha = -1`` for ``-=``). False, having done nothing,
+    where it cannot (``adds_in_place``)."""
+    if not adds_in_place(out, a, b):
         return False
-    (trans_a, lda), (trans_b, ldb) = operands
-    gemm.run(a, b, out, trans_a, lda, trans_b, ldb, a.shape[0], b.shape[1], beta=1.0)
+    (trans_a, lda), (trans_b, ldb) = _operands(a, b, out)
+    _gemm().run(a, b, out, trans_a, lda, trans_b, ldb, a.shape[0], b.shape[1], alpha=alpha,
+                beta=1.0)
     return True
 
 
@@ -450,14 +455,14 @@ class Gemm:
         self.small_kernels = small_kernels
 
     def run(self, a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols,
-            threads: int = 1, beta: float = 0.0) -> None:
-        """``out = a @ b``; with ``beta``, ``out = a @ b + beta * out`` (CBLAS's own
-        ``beta``: 1 adds the product into ``out`` with no temporary)."""
+            threads: int = 1, alpha: float = 1.0, beta: float = 0.0) -> None:
+        """``out = alpha * (a @ b) + beta * out``, CBLAS's own ``alpha`` and ``beta``
+        (``beta = 1`` adds the product into ``out`` with no temporary)."""
         key = (a.dtype, threads > 1)
         compiled = self._runs.get(key)
         if compiled is None:
             compiled = self._runs[key] = self._compile(*key)
-        compiled(a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols, beta)
+        compiled(a, b, out, trans_a, lda, trans_b, ldb, tile_rows, tile_cols, alpha, beta)
 
     def _compile(self, dtype, parallel: bool):
         """The tile loop for ``dtype``, compiled once for arrays of any layout (a call
@@ -469,12 +474,12 @@ class Gemm:
         gemm = self._gemms[dtype]
         cint = numba.int32
         bint = numba.int64 if self._blasint is ctypes.c_int64 else numba.int32
-        one, real = dtype.type(1.0), numba.from_dtype(dtype)
+        real = numba.from_dtype(dtype)
         matrix = real[:, :]
 
         origin = numba.njit(tile_origin)
 
-        def run(a, b, out, ta, lda, tb, ldb, tile_rows, tile_cols, beta):
+        def run(a, b, out, ta, lda, tb, ldb, tile_rows, tile_cols, alpha, beta):
             rows, k, cols = a.shape[0], a.shape[1], b.shape[1]
             tiles = (rows + tile_rows - 1) // tile_rows * ((cols + tile_cols - 1) // tile_cols)
             pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
@@ -482,11 +487,12 @@ class Gemm:
             for t in numba.prange(tiles):
                 r0, c0 = origin(t, rows, cols, tile_rows, tile_cols)
                 m, n = min(tile_rows, rows - r0), min(tile_cols, cols - c0)
-                gemm(cint(ROW_MAJOR), cint(ta), cint(tb), bint(m), bint(n), bint(k), one,
+                gemm(cint(ROW_MAJOR), cint(ta), cint(tb), bint(m), bint(n), bint(k), real(alpha),
                      pa + r0 * a.strides[0], bint(lda), pb + c0 * b.strides[1], bint(ldb),
                      real(beta), pc + r0 * out.strides[0] + c0 * out.strides[1], bint(ldc))
 
-        signature = numba.void(matrix, matrix, matrix, *[numba.int64] * 6, numba.float64)
+        signature = numba.void(matrix, matrix, matrix, *[numba.int64] * 6, numba.float64,
+                               numba.float64)
         return numba.njit(signature, nogil=True, parallel=parallel)(run)
 
     @classmethod

@@ -287,6 +287,10 @@ class NumbaBackend:
         """BLAS, through the NumPy evaluator."""
         return self.fallback.dot(dst, a, b, saver)
 
+    def accumulates_in_place(self, dst, a, b, saver: str) -> bool:
+        """The NumPy evaluator's answer: its ``dot`` runs this one's products."""
+        return self.fallback.accumulates_in_place(dst, a, b, saver)
+
     def reduce(self, dst, e, saver: str, lowered: Lowered):
         """Run the reduction's kernel; return a repeatable ``(function, args)`` as
         ``elementwise`` does, or None."""

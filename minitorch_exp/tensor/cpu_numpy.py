@@ -260,16 +260,22 @@ class NumpyBackend:
         """BLAS through ``np.matmul``; returns the call that repeats it when it wrote
         ``dst`` directly (see ``elementwise``), else None."""
         count("cpu", "blas")
-        same_dtype = dst.dtype == np.result_type(a.dtype, b.dtype)
-        if saver == "=" and same_dtype and not (
+        if saver == "=" and dst.dtype == np.result_type(a.dtype, b.dtype) and not (
                 overlaps(dst, a.storage, a.layout) or overlaps(dst, b.storage, b.layout)):
             args = (a.array, b.array, dst.array)
             _matmul_into(*args)
             return _matmul_into, args
-        if saver == "+=" and same_dtype and blas.add_product(dst.array, a.array, b.array):
-            return None  # BLAS's beta: added as computed, no temporary product
+        if self.accumulates_in_place(dst, a, b, saver):  # BLAS's beta: no temporary
+            blas.add_product(dst.array, a.array, b.array, 1.0 if saver == "+=" else -1.0)
+            return None
         save(dst.array, blas.matmul(a.array, b.array), saver)
         return None
+
+    def accumulates_in_place(self, dst, a, b, saver: str) -> bool:
+        """Whether ``dot`` adds (``+=``) or subtracts (``-=``) the product into ``dst`` by
+        OpenBLAS's ``beta = 1`` (``blas.adds_in_place``), with no product-sized temporary."""
+        return (saver in ("+=", "-=") and dst.dtype == np.result_type(a.dtype, b.dtype)
+                and blas.adds_in_place(dst.array, a.array, b.array))
 
     def reduce(self, dst, e, saver: str, lowered: Lowered) -> None:
         """Through the ``reduce`` of the row's ``combine`` ufunc: whole when the input is a

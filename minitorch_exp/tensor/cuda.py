@@ -351,16 +351,22 @@ class CudaBackend:
         """cuBLAS through CuPy. Always None: CuPy's matmul is no bound kernel call."""
         count("cuda", "blas")
         cp = self.cp
-        same_type = dst.dtype == np.result_type(a.dtype, b.dtype)
-        aliased = _overlaps(dst, a) or _overlaps(dst, b)
-        if saver == "=" and same_type and not aliased:
+        if saver == "=" and dst.dtype == np.result_type(a.dtype, b.dtype) and not (
+                _overlaps(dst, a) or _overlaps(dst, b)):
             cp.matmul(a.array, b.array, out=dst.array)
-        elif saver in ("+=", "-=") and same_type and not aliased and _gemm_ok(dst, a, b):
+        elif self.accumulates_in_place(dst, a, b, saver):
             from cupy import cublas  # beta=1: cuBLAS adds into dst, no temporary
             cublas.gemm("N", "N", a.array, b.array, out=dst.array,
                         alpha=1.0 if saver == "+=" else -1.0, beta=1.0)
         else:
             _save(cp, dst.array, cp.matmul(a.array, b.array), saver)
+
+    def accumulates_in_place(self, dst, a, b, saver: str) -> bool:
+        """Whether ``dot`` adds (``+=``) or subtracts (``-=``) the product into ``dst`` by
+        cuBLAS's ``beta = 1``: 2-D float operands of ``dst``'s dtype, ``dst``
+        contiguous and no operand overlapping it."""
+        return (saver in ("+=", "-=") and dst.dtype == np.result_type(a.dtype, b.dtype)
+                and not (_overlaps(dst, a) or _overlaps(dst, b)) and _gemm_ok(dst, a, b))
 
     def _through_cupy(self, dst, e, saver, lowered: Lowered) -> None:
         count("cuda", "reduce")

@@ -280,8 +280,14 @@ def kernel_code(k: Kernel, device, backend: str, dst=None, saver: str = "=",
         title = f"Code of {k.name}: one BLAS call ({'cuBLAS' if lib == 'cupy' else 'NumPy'})"
         if saver != "=" and dst is not None:
             out = (names or Names())(dst)
+            if not product_temporary([k], saver, dst):
+                gemm = "cublas.gemm" if lib == "cupy" else "sgemm/dgemm"
+                return [title, f"  {gemm}({operands}, out={out}, alpha="
+                               f"{'1' if saver == '+=' else '-1'}, beta=1)   # added into "
+                               f"{out} as computed: no temporary"]
             return [title, f"  tmp = {lib}.matmul({operands})   # a temporary the size of "
-                           f"{out}: matmul has no beta = 1 form", f"  {out} {saver} tmp"]
+                           f"{out}: BLAS cannot apply {saver} to it in place",
+                    f"  {out} {saver} tmp"]
         return [title, f"  {lib}.matmul({operands}, out=...)   # writes {k.name}'s result"]
     if device.type == "cuda":
         source = compiled_source(k, dst, saver, "cuda")
@@ -313,7 +319,7 @@ def cost_text(e: Exp, kernels: list[Kernel], out, saver: str, dst_name: str) -> 
     lines += [f"  {label:<20}{a:>14}{b:>16}" for label, a, b in rows]
     ratio = eager.moved / ours.moved if ours.moved else 1.0
     eager_temps = plural(max(eager.arrays - 1, 0), "temporary")
-    product_temp = product_temporary(kernels, saver)
+    product_temp = product_temporary(kernels, saver, out)
     ours_temps = plural(len(kernels) - 1 + product_temp, "temporary")
     saving = f"{ratio:.1f}x less memory traffic" if ratio >= 1.05 else "about the same traffic"
     into = (f"the product is applied to {dst_name} ({saver}) from its temporary" if product_temp

@@ -201,7 +201,7 @@ def fused_traffic(kernels: list[Kernel], out=None, saver: str = "=") -> Traffic:
         cost.written += nbytes(out if (out is not None and k is kernels[-1]) else k.node)
     if out is not None and saver != "=":
         cost.read += nbytes(out)
-    if out is not None and product_temporary(kernels, saver):
+    if out is not None and product_temporary(kernels, saver, out):
         cost.passes += 1
         cost.arrays += 1
         cost.written += nbytes(out)
@@ -209,10 +209,19 @@ def fused_traffic(kernels: list[Kernel], out=None, saver: str = "=") -> Traffic:
     return cost
 
 
-def product_temporary(kernels: list[Kernel], saver: str) -> bool:
-    """Whether the last kernel is a product accumulated with ``saver`` (``+=`` ...): NumPy's
-    and CuPy's matmul have no ``beta = 1`` form, so the product is a temporary first."""
-    return saver != "=" and kernels[-1].kind == "blas"
+def product_temporary(kernels: list[Kernel], saver: str, out) -> bool:
+    """Whether the last kernel is a product applied to ``out`` with ``saver`` from a
+    product-sized temporary: where the backend's ``dot`` cannot apply it as BLAS
+    computes it (``accumulates_in_place``: ``+=`` and ``-=`` by ``beta = 1``). An
+    operand still an expression is judged as the new contiguous tensor it becomes."""
+    k = kernels[-1]
+    if saver == "=" or k.kind != "blas" or out is None:
+        return False
+    from .backends import device_backend
+    from .creation import new_empty
+    a, b = (x if x.kind == RVALUE else new_empty(x.shape, x.dtype, x.device)
+            for x in (k.body.a, k.body.b))
+    return not device_backend(out.device).accumulates_in_place(out, a, b, saver)
 
 
 def body_leaves(e: Exp) -> list[Tensor]:

@@ -42,8 +42,9 @@ def parameters(fn) -> list[tuple]:
 
 
 def test_the_protocol_names_every_method_the_engine_calls():
-    assert protocol_methods(Backend) == ["column_sums", "dot", "elementwise", "flat_loop",
-                                         "group_launch", "launch", "reduce"]
+    assert protocol_methods(Backend) == ["accumulates_in_place", "column_sums", "dot",
+                                         "elementwise", "flat_loop", "group_launch", "launch",
+                                         "reduce"]
     assert protocol_methods(KernelLaunch) == ["run"]
 
 
