@@ -100,12 +100,10 @@ PRODUCTS = {"prod": lambda m, x, dim: x.prod(dim),
 
 @pytest.mark.parametrize("zeros", [[], [(0, 1)], [(0, 1), (0, 3)], [(1, 0), (1, 2), (1, 3)],
                                    [(0, 0), (1, 3)]])
-@pytest.mark.parametrize("dim", [0, 1, None])
-@pytest.mark.parametrize("name", sorted(PRODUCTS))
+@pytest.mark.parametrize("name, dim", [("prod", 0), ("prod", 1), ("prod", None),
+                                       ("cumprod", 0), ("cumprod", 1)])  # a scan: one dim
 def test_products_pass_gradgradcheck_with_zeros(name, dim, zeros):
     """One zero in a slice, two, three, at either end."""
-    if name == "cumprod" and dim is None:
-        pytest.skip("a running product runs along one dim")
     a = np.random.default_rng(3).uniform(0.5, 1.5, (2, 4))
     for z in zeros:
         a[z] = 0.0
