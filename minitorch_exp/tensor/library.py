@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import capture, dtypes
-from .creation import _rng, new_empty, zeros
+from .creation import _rng, new_empty, zeros, zeros_like
 from .engine import evaluate
 from .expr import Exp, where
 from .layout import normalize_axis
@@ -182,24 +182,22 @@ def _scan_dtype(t: Tensor):
     return t.dtype if t.dtype.kind == "f" else dtypes.int64
 
 
-def cumsum(t: Tensor, dim: int, reverse: bool = False) -> Tensor:
-    """Running sums along ``dim`` (from the far end with ``reverse``)."""
-    return _scan(t, dim, "cumsum", reverse)
+def cumsum(t: Tensor, dim: int) -> Tensor:
+    """Running sums along ``dim``."""
+    return _scan(t, dim, "cumsum")
 
 
-def cumprod(t: Tensor, dim: int, reverse: bool = False) -> Tensor:
-    """Running products along ``dim`` (from the far end with ``reverse``)."""
-    return _scan(t, dim, "cumprod", reverse)
+def cumprod(t: Tensor, dim: int) -> Tensor:
+    """Running products along ``dim``."""
+    return _scan(t, dim, "cumprod")
 
 
-def _scan(t: Tensor, dim: int, name: str, reverse: bool) -> Tensor:
+def _scan(t: Tensor, dim: int, name: str) -> Tensor:
     dim, dtype = _dim(t, dim), _scan_dtype(t)
 
     def fn(xp, a):
         a = a.reshape(1) if a.ndim == 0 else a
-        a = xp.flip(a, dim) if reverse else a
-        out = getattr(xp, name)(a, axis=dim, dtype=dtype)
-        return ((xp.flip(out, dim) if reverse else out).reshape(t.shape),)
+        return (getattr(xp, name)(a, axis=dim, dtype=dtype).reshape(t.shape),)
     return library_call(fn, (t,), [(t.shape, dtype)], t.device)[0]
 
 
@@ -348,10 +346,6 @@ def _d_cumprod(f, g, x, *, dim):
     return (f.where(zero, at_zero, elsewhere / nonzero),)
 
 
-def _zeros_like(t) -> Tensor:
-    return zeros(t.shape, dtype=t.dtype, device=t.device)
-
-
 def _embed(t, shape) -> Tensor:
     """``t`` as the leading block of a zero tensor of ``shape``."""
     out = zeros(shape, dtype=t.dtype, device=t.device)
@@ -374,7 +368,6 @@ LIBRARY: dict[str, LibraryDef] = {row.name: row for row in [
 #: rules build with, at the Tensor level (the Node level's twin: node/library_ops.py).
 TENSOR_FORMS = types.SimpleNamespace(
     **{name: row.forward for name, row in LIBRARY.items()},
-    flip=lambda t, dims: flip(t if type(t) is Tensor else evaluate(t), dims),
-    where=where, zeros_like=_zeros_like, embed=_embed)
+    flip=flip, where=where, zeros_like=zeros_like, embed=_embed)
 #: ``T.<name>`` for each row (tensor/__init__.py).
 FUNCTIONS = {name: row.forward for name, row in LIBRARY.items()}
