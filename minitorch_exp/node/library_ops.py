@@ -267,7 +267,7 @@ NODE_FORMS = types.SimpleNamespace(
     gather=gather, scatter=scatter, scatter_add=scatter_add, index_select=index_select,
     index_add=index_add, cumsum=cumsum, cumprod=cumprod, argsort=argsort,
     multinomial=multinomial, flip=views.flip, zeros_like=zeros_like,
-    where=lambda cond, a, b: ops.elementwise("where", cond, a, b),
+    where=ops.where,
     embed=lambda t, shape: ops.place_at_index(t, tuple(slice(0, n) for n in t.shape), shape))
 
 #: ``mt.<name>`` (api.py): each row's function, and the compositions and the random
