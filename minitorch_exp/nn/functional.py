@@ -148,6 +148,7 @@ class _MaskGrad(Function):
 
     keyword_attributes = True
     lazy = True
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, x, *, keep):

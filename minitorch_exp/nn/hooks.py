@@ -67,6 +67,8 @@ def call(module, hooks: ModuleHooks, args: tuple, kwargs: dict):
 class _Pass(Function):
     """The identity, as a node of its own that a backward hook can watch."""
 
+    backward_on_nodes = True
+
     @staticmethod
     def forward(ctx, x):
         return x

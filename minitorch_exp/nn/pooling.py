@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..node import ops
+from ..node import forms, ops
 from ..node.function import Function
 from ..node.node import Node
 from ..tensor import creation, dtypes
@@ -63,7 +63,7 @@ def window_scatter(g, *, window: im2col.Window, shapes, first=None, divisor=None
 def window_gather(x, *, window: im2col.Window, shapes, first=None, divisor=None):
     """``window_scatter``'s adjoint: each window's value read from ``x`` -- at its
     ``first`` maximum, or summed over ``divisor``."""
-    padded = im2col.pad(x, window, 0.0)
+    padded = im2col.pad(realize(x), window, 0.0)
     views = [im2col.at_offset(padded, window, i, j) for i, j in window.offsets]
     out = creation.new_empty(views[0].shape, x.dtype, x.device)
     if first is None:
@@ -93,18 +93,13 @@ class MaxPool2dFunction(Function):
             ctx.save_for_backward(first)
         return m
 
+    backward_on_nodes = True
+
     @staticmethod
     def backward(ctx, g):
         (first,) = ctx.saved_tensors
-        return (window_scatter(g, window=ctx.attrs["window"], shapes=ctx.attrs["shapes"],
-                               first=first),)
-
-    @staticmethod
-    def graph_backward(ctx, g: Node, out: Node) -> tuple:
-        """``backward`` on Nodes (``create_graph``): the same routing, as a node."""
-        (first,) = ctx.saved_tensors
-        return (WindowScatter.apply(g, window=ctx.attrs["window"], shapes=ctx.attrs["shapes"],
-                                    first=first),)
+        return (forms.of(g).window_scatter(g, window=ctx.attrs["window"],
+                                           shapes=ctx.attrs["shapes"], first=first),)
 
 
 class AvgPool2dFunction(Function):
@@ -122,15 +117,13 @@ class AvgPool2dFunction(Function):
         ctx.attrs["shapes"] = (x.shape, padded.shape)
         return total / divisor
 
-    @staticmethod
-    def backward(ctx, g):
-        return (window_scatter(g, window=ctx.attrs["window"], shapes=ctx.attrs["shapes"],
-                               divisor=ctx.attrs["divisor"]),)
+    backward_on_nodes = True
 
     @staticmethod
-    def graph_backward(ctx, g: Node, out: Node) -> tuple:
-        return (WindowScatter.apply(g, window=ctx.attrs["window"], shapes=ctx.attrs["shapes"],
-                                    divisor=ctx.attrs["divisor"]),)
+    def backward(ctx, g):
+        return (forms.of(g).window_scatter(g, window=ctx.attrs["window"],
+                                           shapes=ctx.attrs["shapes"],
+                                           divisor=ctx.attrs["divisor"]),)
 
 
 class WindowScatter(Function):
@@ -139,6 +132,7 @@ class WindowScatter(Function):
     ``WindowGather`` -- the pair differentiates to any order."""
 
     keyword_attributes = True
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, g, **where):
@@ -146,17 +140,14 @@ class WindowScatter(Function):
 
     @staticmethod
     def backward(ctx, h):
-        return (window_gather(realize(h), **ctx.attrs),)
-
-    @staticmethod
-    def graph_backward(ctx, h: Node, out: Node) -> tuple:
-        return (WindowGather.apply(h, **ctx.attrs),)
+        return (forms.of(h).window_gather(h, **ctx.attrs),)
 
 
 class WindowGather(Function):
     """``window_gather`` as a node: ``WindowScatter``'s adjoint, and its gradient."""
 
     keyword_attributes = True
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, x, **where):
@@ -164,11 +155,11 @@ class WindowGather(Function):
 
     @staticmethod
     def backward(ctx, g):
-        return (window_scatter(g, **ctx.attrs),)
+        return (forms.of(g).window_scatter(g, **ctx.attrs),)
 
-    @staticmethod
-    def graph_backward(ctx, g: Node, out: Node) -> tuple:
-        return (WindowScatter.apply(g, **ctx.attrs),)
+
+forms.add({"window_scatter": window_scatter, "window_gather": window_gather},
+          {"window_scatter": WindowScatter.apply, "window_gather": WindowGather.apply})
 
 
 # ---- argument forms and checks ------------------------------------------------------------

@@ -18,8 +18,8 @@ the way cuDNN's RNN does:
 
 Its output packs the step outputs (T, B, H) -- an LSTM's also its last cell state, as
 row T -- so the final states are views of one node. With ``create_graph`` the
-backward runs the op-by-op steps again on the inputs (``graph_backward``), so second
-derivatives are those of the steps above.
+op-by-op steps run again on the inputs (``Sequence.as_ops``) and are differentiated
+as recorded, so second derivatives are those of the steps above.
 """
 
 from __future__ import annotations
@@ -223,10 +223,10 @@ class Sequence(Function):
         return tuple(gr if need else None for gr, need in zip(grads, ctx.needs_input_grad))
 
     @staticmethod
-    def graph_backward(ctx, g: Node, out: Node) -> tuple:
-        """``backward`` on Nodes (``create_graph``): the op-by-op steps run again on the
-        inputs, and their gradients recorded, so they can be differentiated again."""
-        from ..node.higher_order import graph_gradients
+    def as_ops(ctx) -> Node:
+        """The forward again as the op-by-op steps on the inputs (``run_steps``), packed
+        as ``forward`` packs them: with ``create_graph`` the gradients are the steps'
+        (node/higher_order.py), so they can be differentiated again."""
         mode, reverse = ctx.attrs["mode"], ctx.attrs["reverse"]
         inputs = ctx.inputs
         lstm = mode == "LSTM"
@@ -234,10 +234,7 @@ class Sequence(Function):
         w = inputs[3 if lstm else 2]
         b = inputs[-1] if ctx.attrs["bias"] else None
         outs, last = run_steps(mode, gx, state, Weights(w, b), reverse)
-        packed = ops.cat([outs, last[1].unsqueeze(0)], 0) if lstm else outs
-        found = graph_gradients([packed], [g], stop=set(inputs))
-        return tuple(found.get(x) if need else None
-                     for x, need in zip(inputs, ctx.needs_input_grad))
+        return ops.cat([outs, last[1].unsqueeze(0)], 0) if lstm else outs
 
 
 def _lstm_forward(a, c, cell, out, size) -> list:

@@ -8,9 +8,11 @@ again (a Hessian-vector product, a gradient penalty, a second derivative).
 A registry row's rule is written once (tensor/ops.py) with operators and
 ``_e(g)``'s functions; on Nodes, ``_e`` finds the Node-level functions
 (``Node.rule_forms``), so the very rule that fuses in a first backward records
-Nodes here. A Function's other rules are written below with the Node-level
-operations, beside the Function they differentiate (``RULES``). Where the output
-of an op is read by its rule (``exp``, ``tanh``...) it is recomputed from the
+Nodes here (``RULES``). A Function whose backward runs on Nodes
+(``backward_on_nodes``) runs as written, calling ``forms.of(g)``'s Node-level
+functions; a fused Function whose backward is hand-fused loops gives its forward
+again as recorded ops (``as_ops``), which are differentiated as recorded. Where the
+output of an op is read by its rule (``exp``, ``tanh``...) it is recomputed from the
 inputs as a Node, so its own dependence on them is recorded too. A PyTorch-style
 ``autograd.Function`` brings its own (``graph_backward``). A Function with no rule
 -- a library call on arrays, a Node-level ``mt.Function`` -- raises an error
@@ -74,12 +76,18 @@ def accumulate_graph_gradients(root: Node, grad=None) -> None:
 
 
 def _grads(ctx, g: Node, out: Node) -> tuple:
-    """The inputs' gradients of the call ``ctx`` (whose output is ``out``), as Nodes:
-    by its rule here, or by the Function's own ``graph_backward`` (a PyTorch-style
-    ``autograd.Function``, whose backward computes with tensor operations)."""
+    """The inputs' gradients of the call ``ctx`` (whose output is ``out``), as Nodes: by
+    its backward run on Nodes, by its forward's ops (``as_ops``), by the Function's own
+    ``graph_backward`` (a PyTorch-style ``autograd.Function``, whose backward computes
+    with tensor operations), or by its registry row's rule."""
     if ctx.fn.backward_on_nodes:  # written with the surface Nodes share: run as is
         grads = ctx.fn.backward(_OnNodes(ctx, out), g)
         return grads if isinstance(grads, tuple) else (grads,)
+    as_ops = getattr(ctx.fn, "as_ops", None)
+    if as_ops is not None:  # the forward again as recorded ops: their rules apply
+        found = graph_gradients([as_ops(ctx)], [g], stop=set(ctx.inputs))
+        return tuple(found.get(x) if need else None
+                     for x, need in zip(ctx.inputs, ctx.needs_input_grad))
     graph_backward = getattr(ctx.fn, "graph_backward", None)
     if graph_backward is not None:
         grads = graph_backward(ctx, g, out)
@@ -109,6 +117,11 @@ def saved_node(ctx, out: Node, value) -> Node | None:
     return None
 
 
+def _constant(ctx, value) -> bool:
+    """Whether ``value`` is an input of ``ctx`` given as a tensor, not a Node."""
+    return any(value is inp for inp in ctx.inputs if not isinstance(inp, Node))
+
+
 class _OnNodes:
     """A Context as a backward run on Nodes sees it: each saved tensor is the graph's
     own Node (``saved_node``), so that gradients through it are recorded; the rest is
@@ -123,8 +136,10 @@ class _OnNodes:
     def saved_tensors(self) -> tuple:
         return tuple(self._node_of(v) for v in self._ctx.saved_tensors)
 
-    def _node_of(self, value) -> Node:
+    def _node_of(self, value):
         node = saved_node(self._ctx, self._out, value)
+        if node is None and (_constant(self._ctx, value) or value.dtype.kind in "biu"):
+            return value  # a constant input, or indices: nothing to differentiate through
         if node is None:
             raise RuntimeError(f"create_graph: {self._ctx.name}.backward reads a saved "
                                "tensor that is neither an input nor the output, so its "
@@ -166,28 +181,4 @@ def _reduction(ctx, g):
     return (r.derivative(spread, x, out, axes, math.prod(shape[a] for a in axes)),)
 
 
-def _linear(ctx, g):
-    x, weight = ctx.inputs[:2]
-    needs = ctx.needs_input_grad
-    rows = ops.reshape(g, (-1, weight.shape[0]))
-    gx = ops.matmul(g, weight) if needs[0] else None
-    gw = ops.matmul(ops.transpose(rows, 0, 1), ops.reshape(x, (-1, x.shape[-1]))) \
-        if needs[1] else None
-    if len(needs) == 2:
-        return gx, gw
-    return gx, gw, ops.sum(rows, (0,)) if needs[2] else None
-
-
-def _softmax_cross_entropy(ctx, g):
-    z, q = ctx.inputs
-    p = ops.softmax(z, 1)
-    return (p - q) * ops.reshape(g, (g.shape[0], 1)), None
-
-
-RULES = {
-    ops.Elementwise: _elementwise,
-    "reduction": _reduction,
-    ops.Linear: _linear,
-    ops.SoftmaxCrossEntropy: _softmax_cross_entropy,
-    ops.Cat: lambda ctx, g: tuple(ops.getitem(g, index) for index in ctx.attrs["bounds"]),
-}
+RULES = {ops.Elementwise: _elementwise, "reduction": _reduction}

@@ -4,11 +4,11 @@ Each row of ``LIBRARY`` (tensor/library.py) -- its forward one library call
 (NumPy, or CuPy on a GPU, on the tensor's array), its gradient rule beside it --
 becomes one Function here (``Gather``, ``IndexAdd``, ``Cumprod``...). Its rule runs
 as written on Tensors in a first backward and on Nodes in one that records
-(``create_graph``), with the functions of ``TENSOR_FORMS`` or ``NODE_FORMS``: one
-body for both. The functions below give each row PyTorch's signature. The rest
-are compositions: ``sort`` and ``topk`` are an ``argsort`` (no gradient: indices)
-and a ``gather`` (whose gradient scatters back); ``vector_norm`` is a reduction of
-the registry.
+(``create_graph``), with the functions ``forms.of(g)`` gives (``TENSOR_FORMS`` or
+``NODE_FORMS``, registered there): one body for both. The functions below give each
+row PyTorch's signature. The rest are compositions: ``sort`` and ``topk`` are an
+``argsort`` (no gradient: indices) and a ``gather`` (whose gradient scatters back);
+``vector_norm`` is a reduction of the registry.
 
 Every library call runs through ``capture.host_op``, so a captured step replays
 it on the values of that run (``multinomial`` draws anew on each replay).
@@ -17,7 +17,6 @@ it on the values of that run (``multinomial`` draws anew on each replay).
 from __future__ import annotations
 
 import math
-import types
 from collections import namedtuple
 
 import numpy as np
@@ -29,7 +28,7 @@ from ..tensor.layout import normalize_axes, normalize_axis
 from ..tensor.library import LIBRARY, TENSOR_FORMS, LibraryDef
 from ..tensor.ops import _e
 from ..tensor.tensor import from_array
-from . import ops, views
+from . import forms, ops, views
 from .function import Function
 from .masks import _in_place_form
 from .node import Node, zeros_like
@@ -54,8 +53,7 @@ class LibraryFunction(Function):
 
     @staticmethod
     def backward(ctx, g):
-        forms = NODE_FORMS if isinstance(g, Node) else TENSOR_FORMS
-        return ctx.fn.row.derivative(forms, g, *ctx.saved_tensors, **ctx.attrs)
+        return ctx.fn.row.derivative(forms.of(g), g, *ctx.saved_tensors, **ctx.attrs)
 
 
 def _function_class(row: LibraryDef) -> type:
@@ -263,17 +261,17 @@ def initial_seed() -> int:
 
 #: What a row's rule calls its ``f`` in a backward that records: the Node level's twins
 #: of tensor/library.py's ``TENSOR_FORMS``.
-NODE_FORMS = types.SimpleNamespace(
+NODE_FORMS = dict(
     gather=gather, scatter=scatter, scatter_add=scatter_add, index_select=index_select,
     index_add=index_add, cumsum=cumsum, cumprod=cumprod, argsort=argsort,
     multinomial=multinomial, flip=views.flip, zeros_like=zeros_like,
-    where=ops.where,
     embed=lambda t, shape: ops.place_at_index(t, tuple(slice(0, n) for n in t.shape), shape))
+forms.add(TENSOR_FORMS, NODE_FORMS)
 
 #: ``mt.<name>`` (api.py): each row's function, and the compositions and the random
 #: stream's controls.
 FUNCTIONS = {
-    **{name: getattr(NODE_FORMS, name) for name in LIBRARY},
+    **{name: NODE_FORMS[name] for name in LIBRARY},
     "sort": sort, "topk": topk, "norm": norm, "Generator": Generator,
     "get_rng_state": get_rng_state, "set_rng_state": set_rng_state, "seed": seed,
     "initial_seed": initial_seed,

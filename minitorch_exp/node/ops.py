@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import math
 import sys
-import types
 
 import numpy as np
 
@@ -36,7 +35,7 @@ from ..tensor.layout import (
 )
 from ..tensor.ops import OPS, REDUCTIONS, OpDef, ReduceDef, module_globals, named_function
 from ..tensor.tensor import Tensor, _is_basic_index, from_array
-from . import anomaly, promotion
+from . import anomaly, forms, promotion
 from .function import Context, Function, SliceGradient, not_a_tensor
 from .grad_mode import _modes
 from .keywords import pytorch_arguments
@@ -284,23 +283,23 @@ class GetItem(_Op):
         ctx.attrs["in"] = (t.shape, t.dtype, t.device)
         return t[key]
 
-    @staticmethod
-    def backward(ctx, g):
-        shape, dtype, device = ctx.attrs["in"]
-        key = ctx.attrs["key"]
-        if _is_basic_index(key):  # added into its place by backward, fused with g's rule
-            return (SliceGradient(key, g, shape, dtype, device),)
-        return (_placed(g, key, shape),)
+    backward_on_nodes = True
 
     @staticmethod
-    def graph_backward(ctx, g: Node, out: Node) -> tuple:
-        """``backward`` on Nodes (``create_graph``): ``g`` placed at the index, whose
-        gradient is this indexing again."""
-        return (place_at_index(g, ctx.attrs["key"], ctx.attrs["in"][0]),)
+    def backward(ctx, g):
+        return (forms.of(g).place_at_index(g, ctx.attrs["key"], ctx.attrs["in"]),)
 
 
 def getitem(x: Node, key) -> Node:
     return GetItem.apply(x, key=index_key(key))
+
+
+def _place_tensor(g, key, where: tuple):
+    """``g`` at ``key`` of zeros of ``where``'s (shape, dtype, device): a slice is added
+    into its place by backward (``SliceGradient``), fused with ``g``'s rule."""
+    if _is_basic_index(key):
+        return SliceGradient(key, g, *where)
+    return _placed(g, key, where[0])
 
 
 def _placed(g, key, shape: tuple) -> Tensor:
@@ -324,13 +323,11 @@ class PlaceAtIndex(_Op):
     def forward(ctx, g, key, shape):
         return _placed(g, key, shape)
 
-    @staticmethod
-    def backward(ctx, gg):
-        return (realize(gg)[ctx.attrs["key"]],)
+    backward_on_nodes = True
 
     @staticmethod
-    def graph_backward(ctx, gg: Node, out: Node) -> tuple:
-        return (getitem(gg, ctx.attrs["key"]),)
+    def backward(ctx, gg):
+        return (forms.of(gg).getitem(gg, ctx.attrs["key"]),)
 
 
 def place_at_index(g: Node, key, shape: tuple) -> Node:
@@ -426,17 +423,20 @@ class SoftmaxCrossEntropy(Function):
     """
 
     lazy = True
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, z, q):
         loss, m, s = eager.softmax_cross_entropy(z, q)
-        ctx.save_for_backward(z, q, m, s)
+        ctx.save_for_backward(z, q)
+        ctx.stats = (m, s)  # the rows' maxima and sums, which a first backward reuses
         return loss
 
     @staticmethod
     def backward(ctx, g):
-        z, q, m, s = ctx.saved_tensors
-        return eager.softmax_cross_entropy_grad(g, z, q, m, s), None
+        z, q = ctx.saved_tensors
+        f = forms.of(g)
+        return f.mul(f.sub(f.softmax_rows(z, ctx.stats), q), g.unsqueeze(1)), None
 
 
 def softmax_cross_entropy(logits: Node, q) -> Node:
@@ -488,10 +488,21 @@ class Linear(Function):
         ctx.save_for_backward(x, weight)
         return eager.linear(x, weight, bias)
 
+    backward_on_nodes = True
+
     @staticmethod
     def backward(ctx, g):
         x, weight = ctx.saved_tensors
-        return eager.linear_grads(g, x, weight, ctx.needs_input_grad)
+        f, needs = forms.of(g), ctx.needs_input_grad
+        if needs.count(True) > 1:
+            g = f.computed(g)  # read by each gradient below: computed once
+        rows, x2 = (g, x) if g.ndim == 2 else (g.reshape(-1, g.shape[-1]),
+                                               x.reshape(-1, x.shape[-1]))
+        gx = f.matmul(g, weight) if needs[0] else None
+        gw = f.matmul(rows.transpose(0, 1), x2) if needs[1] else None
+        if len(needs) == 2:
+            return gx, gw
+        return gx, gw, f.sum_to(rows, weight.shape[:1]) if needs[2] else None
 
 
 def linear(x: Node, weight: Node, bias: Node | None = None) -> Node:
@@ -529,10 +540,12 @@ class Cat(_Op):
         ctx.attrs["bounds"] = bounds
         return out
 
+    backward_on_nodes = True
+
     @staticmethod
     def backward(ctx, g):
-        g = realize(g)
-        return tuple(g[index] for index in ctx.attrs["bounds"])
+        f = forms.of(g)
+        return tuple(f.getitem(g, index) for index in ctx.attrs["bounds"])
 
 
 builtin_sum = __builtins__["sum"] if isinstance(__builtins__, dict) else __builtins__.sum
@@ -584,6 +597,8 @@ def clone(x: Node) -> Node:
 
 
 class ToDevice(_Op):
+    backward_on_nodes = True
+
     @staticmethod
     def forward(ctx, x, device):
         ctx.attrs["from"] = x.device
@@ -591,7 +606,7 @@ class ToDevice(_Op):
 
     @staticmethod
     def backward(ctx, g):
-        return (realize(g).to(ctx.attrs["from"]),)
+        return (forms.of(g).to_device(g, ctx.attrs["from"]),)
 
 
 def to_device(x: Node, device) -> Node:
@@ -726,6 +741,29 @@ METHODS: dict = {op.name: _EXPLICIT_METHODS.get(op.name) or (
 METHODS.update((name, FUNCTIONS[r.function]) for r in REDUCTIONS.values()
                for name in (r.name, r.function))
 install_methods(sys.modules[__name__])
-#: The functions a registry rule finds through ``_e(g)`` when it runs on Nodes: every
-#: built-in row's (node/higher_order.py, a backward that records).
-Node.rule_forms = types.SimpleNamespace(**_ELEMENTWISE)
+
+
+def _tensor_form(row: OpDef):
+    """``row`` as a rule calls it on Tensors (``forms.TENSORS``): computed now where the
+    policy says (``eager.apply``), else a lazy map that fuses."""
+    def fn(*args):
+        out = eager.apply(row, args)
+        return apply_op(row.name, *args) if out is None else out
+    fn.__name__ = fn.__qualname__ = row.name
+    return fn
+
+
+#: Every built-in row's function at both levels: what a rule finds through ``forms.of(g)``,
+#: and, on Nodes (a backward that records: node/higher_order.py), through ``_e(g)``.
+forms.add({op.name: _tensor_form(op) for op in OPS.values() if op.builtin}, _ELEMENTWISE)
+Node.rule_forms = forms.NODES
+
+forms.add(
+    {"computed": realize, "matmul": eager.matmul, "sum_to": eager.sum_to,
+     "softmax_rows": lambda z, stats: eager.softmax_rows(z, *stats),
+     "getitem": lambda g, key: realize(g)[key], "place_at_index": _place_tensor,
+     "to_device": lambda g, device: realize(g).to(device)},
+    {"computed": lambda g: g, "matmul": matmul, "sum_to": sum_to,
+     "softmax_rows": lambda z, stats: softmax(z, 1), "getitem": getitem,
+     "place_at_index": lambda g, key, where: place_at_index(g, key, where[0]),
+     "to_device": to_device})

@@ -283,37 +283,13 @@ def linear(x: Tensor, weight: Tensor, bias=None) -> Exp:
     return out if bias is None else out + bias
 
 
-def linear_grads(g, x: Tensor, weight: Tensor, needs: tuple) -> tuple:
-    """``linear``'s gradients (input, weight, and bias when ``needs`` has three) where
-    ``needs`` says, as the policy says: the products on NumPy arrays now, but the
-    weight's gradient kept a lazy product where it is large, so that backward writes it
-    straight into the weight's gradient buffer (no temporary the size of the weight)."""
-    if not computes_now(g):
-        return _lazy_linear_grads(g, x, weight, needs)
-    garr = as_array(g)
-    rows = garr.reshape(-1, weight.shape[0])  # every leading index is one row
-    gx = wrap(blas.matmul(garr, weight.array)) if needs[0] else None
-    gw = None
-    if needs[1] and now(weight.shape, weight.device):
-        gw = wrap(blas.matmul(rows.T, x.array.reshape(-1, x.shape[-1])))
-    elif needs[1]:  # tensors that keep their arrays: BLAS reads them without new views
-        x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
-        gw = Dot(wrap(rows.T), x2)
-    if len(needs) == 2:  # no bias
-        return gx, gw
-    return gx, gw, wrap(sum_to_array(rows, weight.shape[:1])) if needs[2] else None
-
-
-def _lazy_linear_grads(g: Exp, x: Tensor, weight: Tensor, needs: tuple) -> tuple:
-    """``linear_grads`` kept lazy: products and a reduction for the engine."""
-    if needs.count(True) > 1:
-        g = realize(g)  # read by each gradient below: compute it once
-    rows = g.reshape(-1, weight.shape[0])
-    gx = Dot(g, weight) if needs[0] else None
-    gw = Dot(rows.transpose(0, 1), x.reshape(-1, x.shape[-1])) if needs[1] else None
-    if len(needs) == 2:
-        return gx, gw
-    return gx, gw, rows.sum(0) if needs[2] else None
+def matmul(a, b) -> Exp:
+    """``a @ b`` of 2-D operands computed now where the policy says of the result, else a
+    lazy product: one that is large is written by backward straight into its gradient
+    buffer (no temporary the size of a weight). A rule's product (forms.py)."""
+    if a.ndim == 2 == b.ndim and now((a.shape[0], b.shape[1]), a.device):
+        return wrap(blas.matmul(as_array(a), as_array(b)))
+    return Dot(a, b)
 
 
 def softmax_cross_entropy(z, q) -> tuple[Exp, Tensor, Tensor]:
@@ -334,13 +310,12 @@ def softmax_cross_entropy(z, q) -> tuple[Exp, Tensor, Tensor]:
     return apply_op("log", s.reshape(s.shape[0])) - (c * q).sum(1), m, s
 
 
-def softmax_cross_entropy_grad(g, z, q, m: Tensor, s: Tensor) -> Exp:
-    """``softmax_cross_entropy``'s gradient for ``z``, ``g_i (softmax(z)_ij - q_ij)``,
-    computed now where the forward was, else one lazy expression."""
+def softmax_rows(z, m: Tensor, s: Tensor) -> Exp:
+    """Each row's softmax of logits ``z`` from the forward's row maxima ``m`` and sums
+    ``s`` (``softmax_cross_entropy``): computed now where the forward was, else lazy."""
     if type(z) is Tensor and computes_now(z):
-        p = OPS["exp"].numpy(z.array - m.array) / s.array
-        return wrap((p - as_array(q)) * as_array(g).reshape(-1, 1))
-    return (apply_op("exp", z - m) / s - q) * g.reshape(g.shape[0], 1)
+        return wrap(OPS["exp"].numpy(z.array - m.array) / s.array)
+    return apply_op("exp", z - m) / s
 
 
 _SAVERS = {"=": np.copyto, **SAVER_UFUNCS}

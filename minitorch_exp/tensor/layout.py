@@ -182,11 +182,12 @@ def permute_layout(layout: Layout, dims: tuple[int, ...]) -> Layout:
 
 
 def transpose_layout(layout: Layout, i: int, j: int) -> Layout:
-    dims = list(range(layout.ndim))
-    i = normalize_axis(i, layout.ndim, layout.shape)
-    j = normalize_axis(j, layout.ndim, layout.shape)
-    dims[i], dims[j] = dims[j], dims[i]
-    return permute_layout(layout, tuple(dims))
+    shape, strides = list(layout.shape), list(layout.strides)
+    i = normalize_axis(i, len(shape), layout.shape)
+    j = normalize_axis(j, len(shape), layout.shape)
+    shape[i], shape[j] = shape[j], shape[i]
+    strides[i], strides[j] = strides[j], strides[i]
+    return Layout(tuple(shape), tuple(strides), layout.offset)
 
 
 def expand_layout(layout: Layout, shape: Shape) -> Layout:

@@ -13,7 +13,6 @@ by node/library_ops.py.
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +21,7 @@ import numpy as np
 from . import capture, dtypes
 from .creation import _rng, new_empty, zeros, zeros_like
 from .engine import evaluate
-from .expr import Exp, where
+from .expr import Exp
 from .layout import normalize_axis
 from .slicing import flip
 from .tensor import Tensor
@@ -366,8 +365,7 @@ LIBRARY: dict[str, LibraryDef] = {row.name: row for row in [
 ]}
 #: What a rule's ``f`` is in a first backward: the rows and the few functions the
 #: rules build with, at the Tensor level (the Node level's twin: node/library_ops.py).
-TENSOR_FORMS = types.SimpleNamespace(
-    **{name: row.forward for name, row in LIBRARY.items()},
-    flip=flip, where=where, zeros_like=zeros_like, embed=_embed)
+TENSOR_FORMS = {**{name: row.forward for name, row in LIBRARY.items()},
+                "flip": flip, "zeros_like": zeros_like, "embed": _embed}
 #: ``T.<name>`` for each row (tensor/__init__.py).
 FUNCTIONS = {name: row.forward for name, row in LIBRARY.items()}

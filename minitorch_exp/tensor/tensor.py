@@ -180,7 +180,11 @@ class Tensor(Exp):
 
     # ---- views (never copy) --------------------------------------------------
     def transpose(self, i: int = 0, j: int = 1) -> Tensor:
-        return self._with_layout(L.transpose_layout(self.layout, i, j))
+        t = self._with_layout(L.transpose_layout(self.layout, i, j))
+        cached = self._array
+        if cached is not None and cached[0] is self.storage.data:  # NumPy's view is cheaper
+            t._array = (cached[0], cached[1].swapaxes(i, j))
+        return t
 
     def permute(self, *dims) -> Tensor:
         return self._with_layout(L.permute_layout(self.layout, L.normalize_shape(dims)))
@@ -223,6 +227,8 @@ class Tensor(Exp):
     def reshape(self, *shape) -> Tensor:
         """A view when the strides allow it, else a contiguous copy."""
         shape = L.infer_shape(L.normalize_shape(shape), self.numel())
+        if shape == self.shape:
+            return self
         out = self._try_view_reshape(shape)
         return out if out is not None else self.clone().view(shape)
 
