@@ -427,16 +427,15 @@ class SoftmaxCrossEntropy(Function):
 
     @staticmethod
     def forward(ctx, z, q):
-        loss, m, s = eager.softmax_cross_entropy(z, q)
+        loss, ctx.softmax = eager.softmax_cross_entropy(z, q)
         ctx.save_for_backward(z, q)
-        ctx.stats = (m, s)  # the rows' maxima and sums, which a first backward reuses
         return loss
 
     @staticmethod
     def backward(ctx, g):
         z, q = ctx.saved_tensors
         f = forms.of(g)
-        return f.mul(f.sub(f.softmax_rows(z, ctx.stats), q), g.unsqueeze(1)), None
+        return f.mul(f.sub(f.softmax_of(z, ctx.softmax), q), g.unsqueeze(1)), None
 
 
 def softmax_cross_entropy(logits: Node, q) -> Node:
@@ -760,10 +759,10 @@ Node.rule_forms = forms.NODES
 
 forms.add(
     {"computed": realize, "matmul": eager.matmul, "sum_to": eager.sum_to,
-     "softmax_rows": lambda z, stats: eager.softmax_rows(z, *stats),
+     "softmax_of": lambda z, forward_s: forward_s,
      "getitem": lambda g, key: realize(g)[key], "place_at_index": _place_tensor,
      "to_device": lambda g, device: realize(g).to(device)},
     {"computed": lambda g: g, "matmul": matmul, "sum_to": sum_to,
-     "softmax_rows": lambda z, stats: softmax(z, 1), "getitem": getitem,
+     "softmax_of": lambda z, forward_s: softmax(z, 1), "getitem": getitem,
      "place_at_index": lambda g, key, where: place_at_index(g, key, where[0]),
      "to_device": to_device})

@@ -292,30 +292,24 @@ def matmul(a, b) -> Exp:
     return Dot(a, b)
 
 
-def softmax_cross_entropy(z, q) -> tuple[Exp, Tensor, Tensor]:
-    """Each row's cross-entropy of logits ``z`` (N, C) against ``q``, with the row
-    maxima ``m`` and sums ``s`` of ``exp(z - m)`` that backward reads: ``(loss, m, s)``.
-    Computed now where the policy says; else ``m`` and ``s`` are each one reduction
-    (``z`` may stay lazy: each fuses it) and the loss is kept lazy."""
+def softmax_cross_entropy(z, q) -> tuple[Exp, Exp]:
+    """Each row's cross-entropy of logits ``z`` (N, C) against ``q``, with each row's
+    softmax, which backward reads: ``(loss, softmax)``. Computed now where the policy
+    says; else the row maxima ``m`` and sums ``s`` of ``exp(z - m)`` are each one
+    reduction (``z`` may stay lazy: each fuses it), and the loss and the softmax
+    ``exp(z - m) / s`` are kept lazy."""
     if type(z) is Tensor and computes_now(z):
         za, qa = z.array, as_array(q)
         m = _fold(REDUCTIONS["max"], za, za.shape, (1,), True)
         c = za - m
-        s = _fold(_SUM, OPS["exp"].numpy(c), za.shape, (1,), True)
+        e = OPS["exp"].numpy(c)
+        s = _fold(_SUM, e, za.shape, (1,), True)
         loss = OPS["log"].numpy(s.reshape(len(s))) - _fold(_SUM, c * qa, za.shape, (1,), False)
-        return wrap(loss), wrap(m), wrap(s)
+        return wrap(loss), wrap(e / s)
     m = realize(z.max(1, keepdims=True))
     c = z - m
     s = realize(apply_op("exp", c).sum(1, keepdims=True))
-    return apply_op("log", s.reshape(s.shape[0])) - (c * q).sum(1), m, s
-
-
-def softmax_rows(z, m: Tensor, s: Tensor) -> Exp:
-    """Each row's softmax of logits ``z`` from the forward's row maxima ``m`` and sums
-    ``s`` (``softmax_cross_entropy``): computed now where the forward was, else lazy."""
-    if type(z) is Tensor and computes_now(z):
-        return wrap(OPS["exp"].numpy(z.array - m.array) / s.array)
-    return apply_op("exp", z - m) / s
+    return apply_op("log", s.reshape(s.shape[0])) - (c * q).sum(1), apply_op("exp", z - m) / s
 
 
 _SAVERS = {"=": np.copyto, **SAVER_UFUNCS}

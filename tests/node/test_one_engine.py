@@ -83,7 +83,7 @@ def test_an_mlp_step_at_batch_32_computes_in_the_engine_s_evaluator():
     finally:
         sys.setprofile(None)
         backward_module._accumulate = real_accumulate
-    assert {"linear", "apply", "softmax_cross_entropy", "softmax_rows", "matmul",
+    assert {"linear", "apply", "softmax_cross_entropy", "matmul", "sum_to",
             "derivative"} <= called
     # the four parameters': Tensors, and a lazy product for the large first weight,
     # written straight into its gradient buffer
