@@ -37,7 +37,7 @@ from .layout import (
     normalize_shape,
 )
 from .ops import OPS, REDUCTIONS, OpDef, ReduceDef, module_globals, named_function, use_expressions
-from .tokens import TREE, TreeToken, opaque_token, tree_token
+from .tokens import TREE, TreeToken, leaf_tokens, opaque_token
 
 RVALUE, MAPPER, COMPLEX = 0, 1, 3
 
@@ -439,8 +439,7 @@ def _map_operand(a) -> tuple:
         if a.realized is None:
             return (a.shape, a.dtype, a.device), None, ()
         a = a.realized  # computed before: read the remembered tensor
-    tokens = a._leaf_tokens
-    return (tokens[TREE] if tokens is not None else tree_token(a)), (a,), ()
+    return (a._leaf_tokens or leaf_tokens(a))[TREE], (a,), ()
 
 
 class Cast(Exp):

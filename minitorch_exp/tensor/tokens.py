@@ -70,13 +70,6 @@ def _intern(facts: tuple, make):
     return _INTERNED.keep(facts, make()) if token is None else token
 
 
-def tree_token(t) -> TreeToken:
-    """The tensor ``t``'s ``TREE`` token alone: all a map's build reads of an operand.
-    Not remembered: a tensor a statement reads gets all three (``leaf_tokens``)."""
-    char, shape, device = t.dtype.char, t.layout.shape, t.device
-    return _intern(("tree", char, shape, device), lambda: TreeToken(((char, len(shape)),)))
-
-
 def leaf_tokens(t) -> tuple[LeafToken, LeafToken, TreeToken]:
     """The tensor ``t``'s tokens, by position ``NOT_DST``, ``DST`` (its leaf token as
     another storage than dst's, and as dst's) and ``TREE``; interned and remembered
@@ -85,5 +78,6 @@ def leaf_tokens(t) -> tuple[LeafToken, LeafToken, TreeToken]:
     t._leaf_tokens = tokens = (
         _intern(("leaf", char, layout, False), lambda: LeafToken(char, layout, False)),
         _intern(("leaf", char, layout, True), lambda: LeafToken(char, layout, True)),
-        tree_token(t))
+        _intern(("tree", char, layout.shape, t.device),
+                lambda: TreeToken(((char, len(layout.shape)),))))
     return tokens
