@@ -32,7 +32,7 @@ from ..node.function import Function
 from ..node.node import Node
 from ..node.views import chunk, unbind
 from ..tensor import creation
-from ..tensor.engine import assign_all, realize
+from ..tensor.engine import assign_all, evaluate_copy, realize
 from ..tensor.expr import Dot
 from . import functional as F
 
@@ -164,7 +164,9 @@ class Sequence(Function):
         acts = new(steps, batch, width)  # the gates' activations (a GRU's r, z, n)
         cells = new(steps, batch, size) if lstm else None
         hh = new(steps, batch, width) if mode == "GRU" else None  # h @ W_hh.T, kept
-        wt = w.transpose(0, 1)
+        # W_hh.T copied to rows once, for every step's product: OpenBLAS multiplies a
+        # few rows by a matrix read as its transpose more slowly (docs/attention.md)
+        wt = evaluate_copy(w.transpose(0, 1)) if steps > 2 else w.transpose(0, 1)
         if lstm:  # every step's input projection and bias, in one pass
             acts[...] = x if b is None else x + b
         h, c = h0, c0
