@@ -98,11 +98,13 @@ class Context:
         return self._saved
 
     def free(self) -> None:
-        """Drop saved values *and* the links to inputs, so that intermediate nodes
-        nobody else holds are collected (and never realized by a later write)."""
+        """Drop saved values, what the Function kept on ctx (``ctx.softmax``) *and* the
+        links to inputs, so that intermediate nodes nobody else holds are collected (and
+        never realized by a later write)."""
         self._saved = ()
         self._versions = ()
         self.inputs = ()
+        self.__dict__.clear()
         self.freed = True
 
 

@@ -194,5 +194,6 @@ def test_big_kernels_combine_in_several_passes(seed, k):
     x = np.random.default_rng(seed).standard_normal((1, 2, 9, 9))
     np.testing.assert_array_equal(max_pool2d(mt.tensor(x), k, 1).numpy(),
                                   ref.max_pool2d(x, k, 1))
+    # a window's mean may cancel to near zero: the sums' own rounding bounds the error
     np.testing.assert_allclose(avg_pool2d(mt.tensor(x), k, 1).numpy(),
-                               ref.avg_pool2d(x, k, 1), rtol=1e-12)
+                               ref.avg_pool2d(x, k, 1), rtol=1e-12, atol=1e-15 * k * k)

@@ -162,3 +162,32 @@ def test_a_first_backward_still_computes_a_small_linear_at_once():
             mt.tensor(gw.eval() if kind == "Dot" else gw).numpy(),
             np.ones((32, n_out), np.float32).T @ y.grad_fn.saved_tensors[0].numpy(),
             rtol=1e-5)
+
+
+def _cross_entropy_context(loss):
+    todo = [loss.grad_fn]
+    while todo:
+        ctx = todo.pop()
+        if ctx.fn is mt.node.ops.SoftmaxCrossEntropy:
+            return ctx
+        todo += [f for f, _ in ctx.next_functions if hasattr(f, "next_functions")]
+    raise AssertionError("no SoftmaxCrossEntropy in the graph")
+
+
+@pytest.mark.parametrize("batch", [8, 512])  # the softmax computed now, and kept lazy
+def test_backward_frees_what_a_function_kept_on_its_context(batch):
+    """Cross-entropy keeps its forward's softmax on ctx for a first backward (a lazy one
+    holds the logits' tree); backward drops it with the saved tensors, unless the graph
+    is retained for a second backward, which then gives the same gradient."""
+    rng = np.random.default_rng(batch)
+    z = mt.tensor(rng.standard_normal((batch, 300)), requires_grad=True)
+    y = mt.tensor(rng.integers(0, 300, batch))
+    loss = F.cross_entropy(z * 2, y)
+    ctx = _cross_entropy_context(loss)
+    assert "softmax" in vars(ctx)
+    loss.backward(retain_graph=True)
+    first = z.grad.numpy().copy()
+    assert "softmax" in vars(ctx)
+    loss.backward()
+    assert "softmax" not in vars(ctx) and ctx.freed
+    np.testing.assert_allclose(z.grad.numpy(), 2 * first, rtol=1e-12)
