@@ -65,6 +65,21 @@ def assert_hessians_match_torch(f, a: np.ndarray, v: np.ndarray) -> None:
         np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
 
 
+def assert_penalties_match_torch(penalty) -> None:
+    """``penalty(lib, tensor)`` -- a gradient penalty's parameter gradients, written once
+    for both libraries -- gives PyTorch's gradients here, or both refuse its shapes."""
+    import pytest
+    torch = pytest.importorskip("torch")
+    try:
+        theirs = penalty(torch, lambda a, **kw: torch.tensor(a, **kw))
+    except RuntimeError:  # e.g. a kernel larger than the padded input
+        with pytest.raises(ValueError):
+            penalty(mt, mt.tensor)
+        return
+    for got, want in zip(penalty(mt, mt.tensor), theirs, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10)
+
+
 def compare_with_torch(mt_fn, torch_fn, nodes, rtol=1e-7, atol=1e-9, seed=0):
     """Forward and backward of ``mt_fn`` and ``torch_fn`` agree (values and grads).
 
