@@ -102,6 +102,13 @@ class Backend(Protocol):
         this backend has one that beats NumPy's forms -- an op of ``plan`` NumPy runs
         slowly (``OpDef.numpy_slow``), every op built in. None: NumPy's forms answer."""
 
+    def add_rows(self, out, index, src) -> None:
+        """``out[index[k]] += src[k]`` for every ``k`` in order, on this device's arrays:
+        ``out`` (rows, ...) C-ordered, ``index`` 1-D integers already checked to lie in
+        ``[0, rows)``, ``src`` (len(index), ...). Repeated indices add up, in ``k``'s
+        order, as ``numpy.add.at`` adds them (an embedding's gradient: rows of a table
+        scattered back from a batch)."""
+
     def column_sums(self, x, plan):
         """For small work computed at once: ``x.sum(0)`` of a C-ordered 2-D float array
         (a bias's gradient), accumulated in float64 row after row as NumPy does, by a

@@ -227,6 +227,39 @@ def column_sums(x: np.ndarray, plan) -> np.ndarray:
     return out
 
 
+_ROW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def add_rows(out: np.ndarray, index: np.ndarray, src: np.ndarray) -> bool:
+    """``out[index[k]] += src[k]`` for each ``k`` in order, by a compiled loop over C-ordered
+    float arrays of one dtype (``Backend.add_rows``); False, having done nothing, for
+    anything else. ``numpy.add.at`` takes one Python-level step per index: 120 us for the
+    256 rows of a bigram batch into a 65 x 65 table, where this loop takes a few (the
+    same additions in the same order, so the same bits)."""
+    if (out.dtype not in _ROW_DTYPES or src.dtype != out.dtype or not out.ndim
+            or not out.flags.c_contiguous or index.dtype.kind not in "iu"):
+        return False
+    width = math.prod(out.shape[1:])
+    _row_loop()(out.reshape(out.shape[0], width),
+                np.ascontiguousarray(index).reshape(-1),
+                np.ascontiguousarray(src).reshape(index.size, width))
+    return True
+
+
+@functools.cache
+def _row_loop():
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def add_rows_loop(out, index, src):
+        for k in range(index.shape[0]):
+            row = index[k]
+            for j in range(out.shape[1]):
+                out[row, j] += src[k, j]
+
+    return add_rows_loop
+
+
 def _runs_flat(plan) -> bool:
     """Whether ``flat_kernel`` takes ``plan``: an op NumPy runs slowly, no user op."""
     found = plan.compiled.get("flat")
@@ -277,6 +310,12 @@ class NumbaBackend:
     def flat_loop(self, plan, dtype):
         """A compiled loop for small work where NumPy's form is slow (module's)."""
         return flat_loop(plan, dtype)
+
+    def add_rows(self, out, index, src) -> None:
+        """One compiled loop over the rows (``add_rows``), ``numpy.add.at``'s order and
+        bits; the fallback's for what it does not take."""
+        if not add_rows(out, index, src):
+            self.fallback.add_rows(out, index, src)
 
     def column_sums(self, x, plan):
         """A bias's gradient summed by the engine's own column-sum kernel (module's);

@@ -248,6 +248,10 @@ class NumpyBackend:
         """None: no grouped kernels here; the statements run one at a time."""
         return None
 
+    def add_rows(self, out, index, src) -> None:
+        """``numpy.add.at``: the order the contract names."""
+        np.add.at(out, index, src)
+
     def flat_loop(self, plan, dtype) -> None:
         """None: NumPy's forms are this evaluator's loops."""
         return None

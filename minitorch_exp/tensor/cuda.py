@@ -279,6 +279,10 @@ class CudaBackend:
         """None: nothing is computed at once on a GPU."""
         return None
 
+    def add_rows(self, out, index, src) -> None:
+        """CuPy's ``add.at`` (atomic adds: repeated rows add up in no fixed order)."""
+        self.cp.add.at(out, index, src)
+
     def elementwise(self, plan, dst, leaves, scalars, saver: str):
         """Launch the Plan's kernel; return ``(kernel, launch args)`` that repeat exactly
         this launch (a prepared assignment, engine.py), or None when a leaf was read

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import capture, dtypes
+from .backends import device_backend
 from .creation import _rng, new_empty, zeros, zeros_like
 from .engine import evaluate
 from .expr import Exp
@@ -138,10 +139,16 @@ def index_add(t: Tensor, dim: int, index: Tensor, source: Tensor, alpha=1) -> Te
     dim = _dim(t, dim)
     _checked_vector(index, "index_add")
 
+    backend = device_backend(t.device)
+
     def fn(xp, a, idx, s):
         _check_index(xp, idx, a.shape[dim], dim, "index_add")
         out = a.copy()
-        xp.add.at(out, (slice(None),) * dim + (idx,), s * alpha if alpha != 1 else s)
+        s = s * alpha if alpha != 1 else s
+        if dim == 0 and s.shape == idx.shape + out.shape[1:]:  # rows: an embedding's
+            backend.add_rows(out, idx, s)
+        else:
+            xp.add.at(out, (slice(None),) * dim + (idx,), s)
         return (out,)
     return library_call(fn, (t, index, source), [(t.shape, t.dtype)], t.device)[0]
 

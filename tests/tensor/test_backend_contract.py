@@ -42,7 +42,7 @@ def parameters(fn) -> list[tuple]:
 
 
 def test_the_protocol_names_every_method_the_engine_calls():
-    assert protocol_methods(Backend) == ["accumulates_in_place", "column_sums", "dot",
+    assert protocol_methods(Backend) == ["accumulates_in_place", "add_rows", "column_sums", "dot",
                                          "elementwise", "flat_loop", "group_launch", "launch",
                                          "reduce"]
     assert protocol_methods(KernelLaunch) == ["run"]
