@@ -179,8 +179,8 @@ def embedding(input, weight: Node, padding_idx: int | None = None,  # noqa: A002
     capture.host_op(functools.partial(_check_indices, t, rows))
     index = Node(t if t.dtype in (np.int64, np.int32) else t.astype(np.int64)).to(
         weight.device)
-    out = ops.reshape(index_select(weight, 0, ops.reshape(index, (-1,))),
-                      (*t.shape, weight.shape[1]))
+    rows_at = Node(index.value.reshape(-1))  # integers: no gradient, so not recorded
+    out = ops.reshape(index_select(weight, 0, rows_at), (*t.shape, weight.shape[1]))
     padding_idx = embedding_padding_idx(padding_idx, rows)
     if padding_idx is None:
         return out

@@ -84,7 +84,7 @@ def normalize_shape(shape) -> Shape:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
     try:
-        out = tuple(operator.index(n) for n in shape)
+        out = tuple(map(operator.index, shape))
     except TypeError:
         raise TypeError(f"a shape must be a sequence of ints, got {shape!r}") from None
     return out
@@ -225,6 +225,10 @@ def unsqueeze_layout(layout: Layout, axis: int) -> Layout:
 
 def infer_shape(shape: Shape, numel: int) -> Shape:
     """Resolve one ``-1`` in a requested shape so that it holds ``numel`` elements."""
+    if -1 not in shape and min(shape, default=0) >= 0:  # nothing to resolve
+        if math.prod(shape) != numel:
+            raise ValueError(f"cannot reshape {numel} elements into shape {shape}")
+        return shape
     unknown = [i for i, n in enumerate(shape) if n == -1]
     if len(unknown) > 1:
         raise ValueError(f"only one dimension can be -1, got shape {shape}")
@@ -250,6 +254,8 @@ def reshape_strides(shape: Shape, strides: Strides, new_shape: Shape) -> Strides
     """
     if math.prod(shape) == 0 or math.prod(new_shape) == 0:
         return contiguous_strides(new_shape)
+    if is_contiguous(shape, strides):  # row-major: every run is contiguous, as below
+        return tuple([0 if n == 1 else s for n, s in zip(new_shape, contiguous_strides(new_shape))])
     old = [(n, s) for n, s in zip(shape, strides) if n != 1]
     out: list[int] = []
     i = 0

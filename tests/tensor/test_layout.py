@@ -234,6 +234,22 @@ def test_reshape_strides_views_exactly_when_numpy_can(pair, data):
         assert np.shares_memory(arr.reshape(new), arr)
 
 
+@settings(max_examples=200, deadline=None)
+@given(shape=shapes(), data=st.data())
+def test_a_row_major_layout_reshapes_to_row_major_strides(shape, data):
+    """Any shape of a row-major tensor is a view: row-major strides, 0 for a size-1 dim
+    (what the run walk gives a contiguous run), whatever a size-1 dim's stride was."""
+    new = resolve(data.draw(reshape_targets(shape, allow_infer=False)), math.prod(shape))
+    odd = tuple(7 if n == 1 else s for n, s in zip(shape, L.contiguous_strides(shape)))
+    for strides in (L.contiguous_strides(shape), odd):
+        got = L.reshape_strides(shape, strides, new)
+        if math.prod(shape) == 0:
+            assert got == L.contiguous_strides(new)
+        else:
+            assert got == tuple(0 if n == 1 else s
+                                for n, s in zip(new, L.contiguous_strides(new)))
+
+
 def test_reshape_strides_examples_checked_by_numpy():
     a = np.arange(24, dtype=np.int64).reshape(2, 3, 4)
     for arr, new in [(a.transpose(1, 0, 2), (3, 8)), (a.transpose(1, 0, 2), (6, 4)),
