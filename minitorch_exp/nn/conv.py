@@ -17,14 +17,11 @@ How the windows are views, and why padding is a copy: ``nn/im2col.py``.
 
 from __future__ import annotations
 
-import functools
 import math
-import operator
 
 import numpy as np
 
 from ..node import ops
-from ..node.einsum import einsum
 from ..node.function import Function
 from ..node.node import Node
 from ..tensor.engine import realize
@@ -67,12 +64,17 @@ class Conv2dFunction(Function):
         return gx, gw, gb
 
     @staticmethod
-    def as_ops(ctx) -> Node:
-        """The forward again as recorded ops (``correlate_as_ops``): with
-        ``create_graph`` its gradients are those ops' (node/higher_order.py)."""
-        x, weight, *bias = ctx.inputs
-        out = correlate_as_ops(x, weight, ctx.attrs["window"], ctx.attrs["groups"])
-        return out if not bias else add_bias(out, bias[0])
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        """``backward`` on Nodes (``create_graph``): the input's gradient is the
+        transposed convolution of ``g``, the weight's a ``ConvWeightGrad``; both are
+        differentiable again."""
+        x, weight = ctx.inputs[:2]
+        window, groups, needs = ctx.attrs["window"], ctx.attrs["groups"], ctx.needs_input_grad
+        gx = ConvTranspose2dFunction.apply(g, weight, window=window, groups=groups,
+                                           shape=x.shape) if needs[0] else None
+        gw = ConvWeightGrad.apply(x, g, window=window, groups=groups,
+                                  shape=weight.shape) if needs[1] else None
+        return _with_bias_grad(gx, gw, g, needs)
 
 
 class ConvTranspose2dFunction(Function):
@@ -105,48 +107,63 @@ class ConvTranspose2dFunction(Function):
         return gx, gw, gb
 
     @staticmethod
-    def as_ops(ctx) -> Node:
-        """The forward again as recorded ops (``scatter_as_ops``), as ``Conv2dFunction``'s."""
-        x, weight, *bias = ctx.inputs
-        window, shape = ctx.attrs["window"], ctx.attrs["shape"]
-        out = scatter_as_ops(x, weight, window, ctx.attrs["groups"], shape)
-        return out if not bias else add_bias(out, bias[0])
+    def graph_backward(ctx, g: Node, out: Node) -> tuple:
+        """``backward`` on Nodes: the input's gradient is the convolution of ``g``, the
+        weight's a ``ConvWeightGrad`` with ``g`` in the input's place."""
+        x, weight = ctx.inputs[:2]
+        window, groups, needs = ctx.attrs["window"], ctx.attrs["groups"], ctx.needs_input_grad
+        gx = Conv2dFunction.apply(g, weight, window=window, groups=groups) if needs[0] else None
+        gw = ConvWeightGrad.apply(g, x, window=window, groups=groups,
+                                  shape=weight.shape) if needs[1] else None
+        return _with_bias_grad(gx, gw, g, needs)
 
 
-# ---- both convolutions as recorded ops, for a backward that records (create_graph) ----
+class ConvWeightGrad(Function):
+    """The weight gradient of a convolution with input ``x`` and output gradient ``g``,
+    ``G @ im2col(x).T``, as a node of its own so that it is differentiable again: it is
+    bilinear in ``x`` and ``g``, so its gradients are the convolution's other two maps
+    with the upstream ``h`` (a weight's shape) in the weight's place -- the transposed
+    convolution of ``g`` for ``x``, the convolution of ``x`` for ``g``."""
 
-def _by_group(t: Node, groups: int) -> Node:
-    """(N, C, H, W) as (N, groups, C/groups, H, W)."""
-    n, c, h, w = t.shape
-    return ops.reshape(t, (n, groups, c // groups, h, w))
+    keyword_attributes = True
+
+    @staticmethod
+    def forward(ctx, x, g, *, window: im2col.Window, groups: int, shape):
+        padded = im2col.pad(x, window)
+        cols = im2col.im2col(padded, window)
+        gt = channels_first(g, groups)
+        ctx.attrs["shapes"] = (x.shape, padded.shape)
+        ctx.save_for_backward(cols, gt)
+        return weight_grad(gt, cols, groups, shape)
+
+    @staticmethod
+    def backward(ctx, h):
+        cols, gt = ctx.saved_tensors
+        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
+        x_shape, padded_shape = ctx.attrs["shapes"]
+        h = realize(h)
+        needs = ctx.needs_input_grad
+        gx = scatter_columns(h, gt, window, groups, padded_shape, x_shape) if needs[0] else None
+        gg = correlate(h, cols, window, groups, x_shape[0]) if needs[1] else None
+        return gx, gg
+
+    @staticmethod
+    def graph_backward(ctx, h: Node, out: Node) -> tuple:
+        x, g = ctx.inputs
+        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
+        needs = ctx.needs_input_grad
+        gx = ConvTranspose2dFunction.apply(g, h, window=window, groups=groups,
+                                           shape=x.shape) if needs[0] else None
+        gg = Conv2dFunction.apply(x, h, window=window, groups=groups) if needs[1] else None
+        return gx, gg
 
 
-def correlate_as_ops(x: Node, w: Node, window: im2col.Window, groups: int) -> Node:
-    """``conv2d`` of ``x`` (N, C, H, W) by ``w`` (O, C/groups, KH, KW) as Node ops: ``x``
-    placed into zeros of the padded shape, then per kernel offset one product of the
-    weight's slice with the strided slice of the input it reads, summed. Slower than
-    ``Conv2dFunction``, and differentiable to any order by the ops' own rules."""
-    padded = ops.place_at_index(x, im2col.interior(window, x.shape), window.padded(x.shape))
-    wg = ops.reshape(w, (groups, w.shape[0] // groups, *w.shape[1:]))
-    terms = [einsum("goc,ngchw->ngohw", wg[..., i, j],
-                    _by_group(ops.getitem(padded, im2col.offset_key(window, i, j)), groups))
-             for i, j in window.offsets]
-    out = functools.reduce(operator.add, terms)
-    return ops.reshape(out, (x.shape[0], w.shape[0], *window.out))
-
-
-def scatter_as_ops(x: Node, w: Node, window: im2col.Window, groups: int, shape) -> Node:
-    """``conv_transpose2d`` of ``x`` (N, C_in, H, W) by ``w`` (C_in, C_out/groups, KH, KW)
-    into ``shape`` as Node ops, ``correlate_as_ops``'s adjoint: per kernel offset one
-    product placed at the strided slice of the padded output it writes, summed and
-    cropped."""
-    wg = ops.reshape(w, (groups, w.shape[0] // groups, *w.shape[1:]))
-    xg = _by_group(x, groups)
-    padded = window.padded(shape)
-    terms = [ops.place_at_index(
-        ops.reshape(einsum("gco,ngchw->ngohw", wg[..., i, j], xg), (x.shape[0], -1, *x.shape[2:])),
-        im2col.offset_key(window, i, j), padded) for i, j in window.offsets]
-    return ops.getitem(functools.reduce(operator.add, terms), im2col.interior(window, shape))
+def _with_bias_grad(gx, gw, g: Node, needs: tuple) -> tuple:
+    """``(gx, gw)``, and the bias's gradient (``g`` summed but over channels) where a
+    bias was given and needs one."""
+    if len(needs) == 2:
+        return gx, gw
+    return gx, gw, ops.sum(g, (0, 2, 3)) if needs[2] else None
 
 
 # ---- the three products, shared with the transposed convolution (nn/conv_transpose.py) ----

@@ -132,13 +132,8 @@ def pad(x, window: Window, value: float = 0.0) -> Tensor:
 
 def crop(padded: Tensor, window: Window, shape: tuple[int, ...]) -> Tensor:
     """The view of ``padded`` that the unpadded ``shape`` occupies (undoes ``pad``)."""
-    return padded[interior(window, shape)]
-
-
-def interior(window: Window, shape: tuple[int, ...]) -> tuple:
-    """The index of the unpadded ``shape`` inside its padded buffer."""
     top, _, left, _ = window.pads
-    return (Ellipsis, slice(top, top + shape[-2]), slice(left, left + shape[-1]))
+    return padded[..., top:top + shape[-2], left:left + shape[-1]]
 
 
 def unfold(x: Tensor, window: Window) -> Tensor:
@@ -157,14 +152,8 @@ def unfold(x: Tensor, window: Window) -> Tensor:
 
 def at_offset(x: Tensor, window: Window, i: int, j: int) -> Tensor:
     """The (N, C, OH, OW) view of ``x`` that kernel offset ``(i, j)`` reads: a strided slice."""
-    return x[offset_key(window, i, j)]
-
-
-def offset_key(window: Window, i: int, j: int) -> tuple:
-    """``at_offset``'s index: the strided slice kernel offset ``(i, j)`` reads."""
     (sh, sw), (dh, dw), (oh, ow) = window.stride, window.dilation, window.out
-    return (Ellipsis, slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),
-            slice(j * dw, j * dw + sw * (ow - 1) + 1, sw))
+    return x[..., i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
 
 
 def im2col(x: Tensor, window: Window) -> Tensor:

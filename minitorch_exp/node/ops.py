@@ -480,14 +480,13 @@ class Linear(Function):
     """
 
     lazy = True
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, x, weight, bias=None):
         x, weight = realize(x), realize(weight)
         ctx.save_for_backward(x, weight)
         return eager.linear(x, weight, bias)
-
-    backward_on_nodes = True
 
     @staticmethod
     def backward(ctx, g):
@@ -524,6 +523,8 @@ def matmul(a: Node, b: Node) -> Node:
 # ---- joining -----------------------------------------------------------------------
 
 class Cat(_Op):
+    backward_on_nodes = True
+
     @staticmethod
     def forward(ctx, *values, axis):
         shape = list(values[0].shape)
@@ -538,8 +539,6 @@ class Cat(_Op):
             start += v.shape[axis]
         ctx.attrs["bounds"] = bounds
         return out
-
-    backward_on_nodes = True
 
     @staticmethod
     def backward(ctx, g):
