@@ -22,16 +22,17 @@ Rows per thread count, in one process, interleaved:
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import numpy as np
 from common import (
     RESULTS_DIR,
+    StepCounter,
     Table,
     _atomic_write_text,
     format_seconds,
     interleaved_timeit,
+    load_average,
     phase_times,
     pin_threads,
     print_machine_info,
@@ -106,17 +107,6 @@ def make_step(lib, setup: Setup, captured: bool = False):
     return step, phases, lambda: model.token_embedding_table.weight.detach().numpy()
 
 
-class Counter:
-    """``step()`` with the step number counting up, for the timers."""
-
-    def __init__(self, step):
-        self.fn, self.i = step, 0
-
-    def __call__(self):
-        self.fn(self.i)
-        self.i += 1
-
-
 def check_same_steps(setup: Setup, steps: int = 2) -> None:
     import torch
     mine, theirs = make_step(mt, setup), make_step(torch, setup)
@@ -130,9 +120,9 @@ def timing(setup: Setup, threads: int, min_time: float) -> str:
     import torch
     pin_threads(threads)
     mt.set_num_threads(threads)
-    steps = {"pytorch": Counter(make_step(torch, setup)[0]),
-             "minitorch_exp": Counter(make_step(mt, setup)[0]),
-             "minitorch_exp captured": Counter(make_step(mt, setup, captured=True)[0])}
+    steps = {"pytorch": StepCounter(make_step(torch, setup)[0]),
+             "minitorch_exp": StepCounter(make_step(mt, setup)[0]),
+             "minitorch_exp captured": StepCounter(make_step(mt, setup, captured=True)[0])}
     times = interleaved_timeit(steps, min_time * len(steps), rounds=7)
     table = Table(f"bigram_t{threads}_vs_pytorch", baseline="pytorch")
     size = f"V{setup.vocab} b{BATCH} T{BLOCK}"
@@ -170,9 +160,7 @@ def main(argv=None) -> int:
     setup = Setup()
     pin_threads(1)
     check_same_steps(setup)
-    load = ""
-    if hasattr(os, "getloadavg"):
-        load = "Load average at the start: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    load = f"Load average at the start: {load_average()}"
     parts = [f"# Bigram model training step against PyTorch\n\n{load}\n\n"
              f"Vocabulary {setup.vocab}, batch {BATCH}, block {BLOCK}, AdamW lr {LR}. Time "
              "per step is the median of 7 interleaved rounds; `vs pytorch` is time over "

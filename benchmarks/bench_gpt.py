@@ -40,10 +40,12 @@ from pathlib import Path
 import numpy as np
 from common import (
     RESULTS_DIR,
+    StepCounter,
     Table,
     _atomic_write_text,
     format_seconds,
     interleaved_timeit,
+    load_average,
     phase_times,
     pin_threads,
     print_machine_info,
@@ -233,17 +235,6 @@ def torch_run(setup: Setup):
 
 # ---- driver --------------------------------------------------------------------------------------
 
-class Counter:
-    """``step()`` with the step number counting up, for the timers."""
-
-    def __init__(self, step):
-        self.fn, self.i = step, 0
-
-    def __call__(self):
-        self.fn(self.i)
-        self.i += 1
-
-
 def check_same_steps(setup: Setup, steps: int = 2, rtol=2e-3, atol=2e-5) -> None:
     """Both frameworks take the same first steps (float32 rounding apart)."""
     mine, theirs = minitorch_run(setup), torch_run(setup)
@@ -256,7 +247,7 @@ def check_same_steps(setup: Setup, steps: int = 2, rtol=2e-3, atol=2e-5) -> None
 
 def try_captured(setup: Setup, clip: bool = True):
     """The captured step, or the first line of the reason it cannot be recorded."""
-    step = Counter(minitorch_run(setup, captured=True, clip=clip)[0])
+    step = StepCounter(minitorch_run(setup, captured=True, clip=clip)[0])
     try:
         for _ in range(3):  # warm-up, record, replay
             step()
@@ -302,8 +293,8 @@ def profile_step(setup: Setup, steps: int = 5, top: int = 15) -> str:
 def timing(setup: Setup, threads: int, min_time: float) -> str:
     pin_threads(threads)
     mt.set_num_threads(threads)
-    steps = {"pytorch": Counter(torch_run(setup)[0]),
-             "minitorch_exp": Counter(minitorch_run(setup)[0])}
+    steps = {"pytorch": StepCounter(torch_run(setup)[0]),
+             "minitorch_exp": StepCounter(minitorch_run(setup)[0])}
     captured, why_not = try_captured(setup)
     unclipped_why = None
     if captured is not None:
@@ -376,9 +367,7 @@ def main(argv=None) -> int:
     setup = Setup(args.loss_steps)
     pin_threads(1)
     check_same_steps(setup)
-    load = ""
-    if hasattr(os, "getloadavg"):
-        load = "Load average at the start: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    load = f"Load average at the start: {load_average()}"
     a = setup.args
     parts = [f"# GPT training step (examples/shakespeare_gpt.py) against PyTorch\n\n{load}\n\n"
              f"{setup.size()}, vocabulary {len(setup.tokenizer)}, dropout 0, AdamW lr "

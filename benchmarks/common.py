@@ -196,6 +196,26 @@ class Cycle:
         return item
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as a table's header prints them ("?" where the
+    OS has none): a busy machine's numbers are not comparable with a quiet one's."""
+    if not hasattr(os, "getloadavg"):
+        return "?"
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+class StepCounter:
+    """``step()`` calling ``step(i)`` with ``i`` counting up from 0: a training step that
+    picks its batch and learning rate by step number, for the timers."""
+
+    def __init__(self, step):
+        self.fn, self.i = step, 0
+
+    def __call__(self):
+        self.fn(self.i)
+        self.i += 1
+
+
 def phase_times(zero_grad, forward, update) -> tuple[tuple[float, float, float], Any]:
     """One training step timed phase by phase: seconds of ``forward()`` (the loss, or a
     tuple that starts with it), of the loss's backward and of ``update()``; and what
