@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ..node import ops
+from ..node import forms, ops
 from ..node.function import Function
 from ..node.node import Node
 from ..tensor.engine import realize
@@ -31,91 +31,64 @@ from .module import Module, Parameter
 
 
 class Conv2dFunction(Function):
-    """``conv2d`` as one node: forward and backward as in the module docstring."""
+    """``conv2d`` as one node: forward and backward as in the module docstring. The
+    backward is one body for both levels (``forms``): on Tensors the products reuse
+    the forward's column matrix and one channels-first copy of ``g`` (``_columns``,
+    ``_rows``); on Nodes each gradient is a convolution Function of its own, so it is
+    differentiable again."""
 
     keyword_attributes = True
     lazy = True  # the bias add stays lazy and fuses with what follows (a ReLU)
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, x, weight, bias=None, *, window: im2col.Window, groups: int):
-        padded = im2col.pad(x, window)
-        cols = im2col.im2col(padded, window)
+        cols = im2col.im2col(im2col.pad(x, window), window)
         w = realize(weight)
-        ctx.attrs["shapes"] = (x.shape, padded.shape)
-        ctx.save_for_backward(cols, w)
+        ctx.save_for_backward(x, w)
+        ctx.columns = (x, cols)  # for a first backward (``_columns``)
         return add_bias(correlate(w, cols, window, groups, x.shape[0]), bias)
 
     @staticmethod
     def backward(ctx, g):
-        cols, w = ctx.saved_tensors
-        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
-        x_shape, padded_shape = ctx.attrs["shapes"]
-        needs = ctx.needs_input_grad
-        gt = channels_first(g, groups)
-        gx = gw = gb = None
-        if needs[0]:
-            gx = scatter_columns(w, gt, window, groups, padded_shape, x_shape)
-        if needs[1]:
-            gw = weight_grad(gt, cols, groups, w.shape)
+        x, w = ctx.saved_tensors
+        f, needs = forms.of(g), ctx.needs_input_grad
+        at = {"window": ctx.attrs["window"], "groups": ctx.attrs["groups"], "memo": ctx}
+        gx = f.conv_transpose2d(g, w, shape=x.shape, **at) if needs[0] else None
+        gw = f.conv2d_weight(x, g, shape=w.shape, **at) if needs[1] else None
         if len(needs) == 2:
             return gx, gw
-        if needs[2]:
-            gb = gt.view(w.shape[0], -1).sum(1)
-        return gx, gw, gb
-
-    @staticmethod
-    def graph_backward(ctx, g: Node, out: Node) -> tuple:
-        """``backward`` on Nodes (``create_graph``): the input's gradient is the
-        transposed convolution of ``g``, the weight's a ``ConvWeightGrad``; both are
-        differentiable again."""
-        x, weight = ctx.inputs[:2]
-        window, groups, needs = ctx.attrs["window"], ctx.attrs["groups"], ctx.needs_input_grad
-        gx = ConvTranspose2dFunction.apply(g, weight, window=window, groups=groups,
-                                           shape=x.shape) if needs[0] else None
-        gw = ConvWeightGrad.apply(x, g, window=window, groups=groups,
-                                  shape=weight.shape) if needs[1] else None
-        return _with_bias_grad(gx, gw, g, needs)
+        return gx, gw, f.conv_bias_grad(g, **at) if needs[2] else None
 
 
 class ConvTranspose2dFunction(Function):
     """``conv_transpose2d`` as one node, the convolution's adjoint (nn/conv_transpose.py's
     docstring): forward is the convolution's input gradient, backward its forward and
-    weight gradient."""
+    weight gradient, one body for both levels as ``Conv2dFunction``'s."""
 
     keyword_attributes = True
     lazy = True  # the bias add stays lazy and fuses with what follows
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, x, weight, bias=None, *, window: im2col.Window, groups: int, shape):
         w = realize(weight)
         xt = channels_first(x, groups)
-        ctx.save_for_backward(xt, w)
+        ctx.save_for_backward(x, w)
+        ctx.rows = (x, xt)  # for a first backward (``_rows``)
         y = scatter_columns(w, xt, window, groups, window.padded(shape), shape)
         return add_bias(y, bias)
 
     @staticmethod
     def backward(ctx, g):
-        xt, w = ctx.saved_tensors
-        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
-        needs = ctx.needs_input_grad
-        cols = im2col.im2col(im2col.pad(g, window), window)
-        gx = correlate(w, cols, window, groups, g.shape[0]) if needs[0] else None
-        gw = weight_grad(xt, cols, groups, w.shape) if needs[1] else None
+        x, w = ctx.saved_tensors
+        f, needs = forms.of(g), ctx.needs_input_grad
+        at = {"window": ctx.attrs["window"], "groups": ctx.attrs["groups"], "memo": ctx}
+        gx = f.conv2d(g, w, **at) if needs[0] else None
+        gw = f.conv2d_weight(g, x, shape=w.shape, **at) if needs[1] else None
         if len(needs) == 2:
             return gx, gw
-        gb = ops.sum(g, (0, 2, 3)).value if needs[2] else None
-        return gx, gw, gb
-
-    @staticmethod
-    def graph_backward(ctx, g: Node, out: Node) -> tuple:
-        """``backward`` on Nodes: the input's gradient is the convolution of ``g``, the
-        weight's a ``ConvWeightGrad`` with ``g`` in the input's place."""
-        x, weight = ctx.inputs[:2]
-        window, groups, needs = ctx.attrs["window"], ctx.attrs["groups"], ctx.needs_input_grad
-        gx = Conv2dFunction.apply(g, weight, window=window, groups=groups) if needs[0] else None
-        gw = ConvWeightGrad.apply(g, x, window=window, groups=groups,
-                                  shape=weight.shape) if needs[1] else None
-        return _with_bias_grad(gx, gw, g, needs)
+        return gx, gw, f.conv_bias_grad(g, **at) if needs[2] else None
 
 
 class ConvWeightGrad(Function):
@@ -126,44 +99,73 @@ class ConvWeightGrad(Function):
     convolution of ``g`` for ``x``, the convolution of ``x`` for ``g``."""
 
     keyword_attributes = True
+    backward_on_nodes = True
 
     @staticmethod
     def forward(ctx, x, g, *, window: im2col.Window, groups: int, shape):
-        padded = im2col.pad(x, window)
-        cols = im2col.im2col(padded, window)
-        gt = channels_first(g, groups)
-        ctx.attrs["shapes"] = (x.shape, padded.shape)
-        ctx.save_for_backward(cols, gt)
-        return weight_grad(gt, cols, groups, shape)
+        ctx.save_for_backward(x, g)
+        return _weight_grad_of(x, g, window=window, groups=groups, shape=shape, memo=ctx)
 
     @staticmethod
     def backward(ctx, h):
-        cols, gt = ctx.saved_tensors
-        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
-        x_shape, padded_shape = ctx.attrs["shapes"]
-        h = realize(h)
-        needs = ctx.needs_input_grad
-        gx = scatter_columns(h, gt, window, groups, padded_shape, x_shape) if needs[0] else None
-        gg = correlate(h, cols, window, groups, x_shape[0]) if needs[1] else None
-        return gx, gg
-
-    @staticmethod
-    def graph_backward(ctx, h: Node, out: Node) -> tuple:
-        x, g = ctx.inputs
-        window, groups = ctx.attrs["window"], ctx.attrs["groups"]
-        needs = ctx.needs_input_grad
-        gx = ConvTranspose2dFunction.apply(g, h, window=window, groups=groups,
-                                           shape=x.shape) if needs[0] else None
-        gg = Conv2dFunction.apply(x, h, window=window, groups=groups) if needs[1] else None
+        x, g = ctx.saved_tensors
+        f, needs = forms.of(h), ctx.needs_input_grad
+        at = {"window": ctx.attrs["window"], "groups": ctx.attrs["groups"], "memo": ctx}
+        gx = f.conv_transpose2d(g, h, shape=x.shape, **at) if needs[0] else None
+        gg = f.conv2d(x, h, **at) if needs[1] else None
         return gx, gg
 
 
-def _with_bias_grad(gx, gw, g: Node, needs: tuple) -> tuple:
-    """``(gx, gw)``, and the bias's gradient (``g`` summed but over channels) where a
-    bias was given and needs one."""
-    if len(needs) == 2:
-        return gx, gw
-    return gx, gw, ops.sum(g, (0, 2, 3)) if needs[2] else None
+# ---- each level's convolutions, as the rules above call them (``forms``) ----------------
+
+def _columns(x, window: im2col.Window, memo):
+    """``im2col(pad(x))``, made once per call of a Function (``memo``, its Context, keeps it
+    by the identity of ``x``: the forward's, or the first product's that needs it)."""
+    kept = memo.__dict__.get("columns")
+    if kept is None or kept[0] is not x:
+        kept = memo.columns = (x, im2col.im2col(im2col.pad(x, window), window))
+    return kept[1]
+
+
+def _rows(g, groups: int, memo):
+    """``channels_first(g)``, made once per call of a Function, as ``_columns``."""
+    kept = memo.__dict__.get("rows")
+    if kept is None or kept[0] is not g:
+        kept = memo.rows = (g, channels_first(g, groups))
+    return kept[1]
+
+
+def _correlate_of(x, w, *, window, groups, memo):
+    return correlate(realize(w), _columns(x, window, memo), window, groups, x.shape[0])
+
+
+def _scatter_of(x, w, *, window, groups, shape, memo):
+    return scatter_columns(realize(w), _rows(x, groups, memo), window, groups,
+                           window.padded(shape), shape)
+
+
+def _weight_grad_of(x, g, *, window, groups, shape, memo):
+    return weight_grad(_rows(g, groups, memo), _columns(x, window, memo), groups, shape)
+
+
+def _bias_grad_of(g, *, window, groups, memo):
+    """``g`` summed but over channels: over its channels-first copy where one was made."""
+    kept = memo.__dict__.get("rows")
+    if kept is not None and kept[0] is g:
+        return kept[1].reshape(g.shape[1], -1).sum(1)
+    return g.sum((0, 2, 3))
+
+
+forms.add(
+    {"conv2d": _correlate_of, "conv_transpose2d": _scatter_of,
+     "conv2d_weight": _weight_grad_of, "conv_bias_grad": _bias_grad_of},
+    {"conv2d": lambda x, w, *, window, groups, memo: Conv2dFunction.apply(
+        x, w, window=window, groups=groups),
+     "conv_transpose2d": lambda x, w, *, window, groups, shape, memo:
+        ConvTranspose2dFunction.apply(x, w, window=window, groups=groups, shape=shape),
+     "conv2d_weight": lambda x, g, *, window, groups, shape, memo: ConvWeightGrad.apply(
+        x, g, window=window, groups=groups, shape=shape),
+     "conv_bias_grad": lambda g, *, window, groups, memo: ops.sum(g, (0, 2, 3))})
 
 
 # ---- the three products, shared with the transposed convolution (nn/conv_transpose.py) ----

@@ -14,10 +14,9 @@ functions; the recurrent sequence, whose backward is hand-fused loops, gives its
 forward again as recorded ops (``as_ops``), differentiated as recorded. Where the
 output of an op is read by its rule (``exp``, ``tanh``...) it is recomputed from
 the inputs as a Node, so its own dependence on them is recorded too. A
-PyTorch-style ``autograd.Function`` brings its own (``graph_backward``), as the
-convolutions still do. A Function with no rule -- a library call on arrays, a
-Node-level ``mt.Function`` -- raises an error naming it when a gradient has to
-pass through it.
+PyTorch-style ``autograd.Function`` brings its own (``graph_backward``). A Function
+with no rule -- a library call on arrays, a Node-level ``mt.Function`` -- raises an
+error naming it when a gradient has to pass through it.
 """
 
 from __future__ import annotations

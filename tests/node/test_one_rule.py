@@ -4,8 +4,7 @@ A Function's backward runs as written on Tensors in a first backward and on Node
 under ``create_graph`` (``backward_on_nodes``, calling ``forms.of(g)``'s functions),
 or the Function gives its forward again as recorded ops (``as_ops``: the recurrent
 sequence), or it is a registry row's (``Elementwise`` and the reductions), whose
-row's derivative runs at both levels. The convolutions are the one exception left
-(``SECOND_BODY``).
+row's derivative runs at both levels. None has a second body.
 """
 
 from __future__ import annotations
@@ -27,12 +26,6 @@ F = nn.functional
 
 #: Functions with no rule on Nodes, refused by name when a second derivative meets them.
 NO_NODE_RULE = {"_SyncPoint"}  # DistributedDataParallel's anchor: a first backward only
-#: The Functions that still keep a rule of their own for Nodes (``graph_backward``): a
-#: convolution's first backward shares the forward's column matrix and one copy of the
-#: output gradient between its two products, which a body run on Nodes cannot read.
-#: Written once as ops instead (one product per kernel offset), a WGAN-GP critic's
-#: penalty step took 125 ms against 30. This list may only shrink.
-SECOND_BODY = {"Conv2dFunction", "ConvTranspose2dFunction", "ConvWeightGrad"}
 
 
 def _built_in_functions() -> list[type]:
@@ -55,12 +48,12 @@ def _rule_kind(cls) -> str | None:
     return None
 
 
-def test_no_built_in_function_but_the_convolutions_has_a_second_rule_body():
+def test_no_built_in_function_has_a_second_rule_body():
     classes = _built_in_functions()
     assert len(classes) > 20  # the walk found them: ops, library rows, nn's
-    assert {c.__name__ for c in classes if hasattr(c, "graph_backward")} == SECOND_BODY
+    assert [c.__name__ for c in classes if hasattr(c, "graph_backward")] == []
     without = {c.__name__ for c in classes if _rule_kind(c) is None}
-    assert without == NO_NODE_RULE | SECOND_BODY
+    assert without == NO_NODE_RULE
     assert set(higher_order.RULES) == {mt.node.ops.Elementwise, "reduction"}
 
 
