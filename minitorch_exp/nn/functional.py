@@ -329,7 +329,7 @@ def _weighted_cross_entropy(logits: Node, target, weight, ignore_index: int,
         else ops.astype(weight, dtype)
     hot = Node(_one_hot(safe, n_classes, dtype, device)) * counted
     q = hot * (1.0 - smoothing) + counted * (smoothing / n_classes) if smoothing else hot
-    loss = -ops.sum(ops.log_softmax(logits, 1) * (q * w), 1)
+    loss = -ops.sum(_target_terms(ops.log_softmax(logits, 1), q * w), 1)
     if reduction == "mean":
         return ops.sum(loss) / ops.sum(hot * w)
     return loss
@@ -339,7 +339,14 @@ def nll_loss(log_probs: Node, target, reduction: str = "mean") -> Node:
     """Negative log-likelihood of integer targets given log-probabilities."""
     _check_logits(log_probs, target, "nll_loss")
     q = _one_hot(target, log_probs.shape[1], log_probs.dtype, log_probs.device)
-    return _reduce(-ops.sum(log_probs * q, 1), reduction)
+    return _reduce(-ops.sum(_target_terms(log_probs, q), 1), reduction)
+
+
+def _target_terms(log_probs: Node, q) -> Node:
+    """``log_probs * q`` with a class ``q`` gives no weight counted as 0: a masked class's
+    -inf log-probability then costs nothing, as PyTorch's gather of the target's does
+    (``0 * -inf`` would be nan), and gets no gradient."""
+    return ops.where(q != 0, log_probs * q, 0.0)
 
 
 def mse_loss(input: Node, target, reduction: str = "mean") -> Node:  # noqa: A002

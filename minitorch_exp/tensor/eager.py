@@ -297,19 +297,23 @@ def softmax_cross_entropy(z, q) -> tuple[Exp, Exp]:
     softmax, which backward reads: ``(loss, softmax)``. Computed now where the policy
     says; else the row maxima ``m`` and sums ``s`` of ``exp(z - m)`` are each one
     reduction (``z`` may stay lazy: each fuses it), and the loss and the softmax
-    ``exp(z - m) / s`` are kept lazy."""
+    ``exp(z - m) / s`` are kept lazy. A class ``q`` gives no weight counts for nothing
+    in ``sum(q * c)``: a masked logit (-inf) elsewhere in the row leaves the loss finite,
+    as PyTorch's gather of the target's logit does (``0 * -inf`` would be nan)."""
     if type(z) is Tensor and computes_now(z):
         za, qa = z.array, as_array(q)
         m = _fold(REDUCTIONS["max"], za, za.shape, (1,), True)
         c = za - m
         e = OPS["exp"].numpy(c)
         s = _fold(_SUM, e, za.shape, (1,), True)
-        loss = OPS["log"].numpy(s.reshape(len(s))) - _fold(_SUM, c * qa, za.shape, (1,), False)
+        weighted = np.where(qa != 0, c * qa, 0)
+        loss = OPS["log"].numpy(s.reshape(len(s))) - _fold(_SUM, weighted, za.shape, (1,), False)
         return wrap(loss), wrap(e / s)
     m = realize(z.max(1, keepdims=True))
     c = z - m
     s = realize(apply_op("exp", c).sum(1, keepdims=True))
-    return apply_op("log", s.reshape(s.shape[0])) - (c * q).sum(1), apply_op("exp", z - m) / s
+    weighted = apply_op("where", apply_op("ne", q, 0.0), c * q, 0.0)
+    return apply_op("log", s.reshape(s.shape[0])) - weighted.sum(1), apply_op("exp", z - m) / s
 
 
 _SAVERS = {"=": np.copyto, **SAVER_UFUNCS}
