@@ -287,7 +287,9 @@ def matmul(a, b) -> Exp:
     """``a @ b`` of 2-D operands computed now where the policy says of the result, else a
     lazy product: one that is large is written by backward straight into its gradient
     buffer (no temporary the size of a weight). A rule's product (forms.py)."""
-    if a.ndim == 2 == b.ndim and now((a.shape[0], b.shape[1]), a.device):
+    sa, sb = a.shape, b.shape
+    if (len(sa) == 2 == len(sb) and sa[0] * sb[1] < policy.threshold and a.device is CPU
+            and recording.this_thread.rec is None):  # ``now``, written out: every linear's
         return wrap(blas.matmul(as_array(a), as_array(b)))
     return Dot(a, b)
 
@@ -306,8 +308,10 @@ def softmax_cross_entropy(z, q) -> tuple[Exp, Exp]:
         c = za - m
         e = OPS["exp"].numpy(c)
         s = _fold(_SUM, e, za.shape, (1,), True)
-        weighted = np.where(qa != 0, c * qa, 0)
-        loss = OPS["log"].numpy(s.reshape(len(s))) - _fold(_SUM, weighted, za.shape, (1,), False)
+        target = _fold(_SUM, c * qa, za.shape, (1,), False)
+        if np.isnan(target).any():  # a -inf logit met a zero of q: count it as nothing
+            target = _fold(_SUM, np.where(qa != 0, c * qa, 0), za.shape, (1,), False)
+        loss = OPS["log"].numpy(s.reshape(len(s))) - target
         return wrap(loss), wrap(e / s)
     m = realize(z.max(1, keepdims=True))
     c = z - m
