@@ -435,7 +435,7 @@ class SoftmaxCrossEntropy(Function):
     def backward(ctx, g):
         z, q = ctx.saved_tensors
         f = forms.of(g)
-        return f.mul(f.sub(f.softmax_of(z, ctx.softmax), q), g.unsqueeze(1)), None
+        return f.mul(f.sub(f.softmax_of(z, ctx.softmax), q), f.column(g)), None
 
 
 def softmax_cross_entropy(logits: Node, q) -> Node:
@@ -497,7 +497,7 @@ class Linear(Function):
         rows, x2 = (g, x) if g.ndim == 2 else (g.reshape(-1, g.shape[-1]),
                                                x.reshape(-1, x.shape[-1]))
         gx = f.matmul(g, weight) if needs[0] else None
-        gw = f.matmul(rows.transpose(0, 1), x2) if needs[1] else None
+        gw = f.matmul_t(rows, x2) if needs[1] else None
         if len(needs) == 2:
             return gx, gw
         return gx, gw, f.sum_to(rows, weight.shape[:1]) if needs[2] else None
@@ -757,11 +757,14 @@ forms.add({op.name: _tensor_form(op) for op in OPS.values() if op.builtin}, _ELE
 Node.rule_forms = forms.NODES
 
 forms.add(
-    {"computed": realize, "matmul": eager.matmul, "sum_to": eager.sum_to,
+    {"computed": realize, "matmul": eager.matmul, "matmul_t": eager.matmul_t,
+     "column": eager.column, "sum_to": eager.sum_to,
      "softmax_of": lambda z, forward_s: forward_s,
      "getitem": lambda g, key: realize(g)[key], "place_at_index": _place_tensor,
      "to_device": lambda g, device: realize(g).to(device)},
-    {"computed": lambda g: g, "matmul": matmul, "sum_to": sum_to,
+    {"computed": lambda g: g, "matmul": matmul,
+     "matmul_t": lambda a, b: matmul(transpose(a, 0, 1), b),
+     "column": lambda g: unsqueeze(g, 1), "sum_to": sum_to,
      "softmax_of": lambda z, forward_s: softmax(z, 1), "getitem": getitem,
      "place_at_index": lambda g, key, where: place_at_index(g, key, where[0]),
      "to_device": to_device})

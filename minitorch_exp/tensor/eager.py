@@ -294,6 +294,24 @@ def matmul(a, b) -> Exp:
     return Dot(a, b)
 
 
+def matmul_t(a, b) -> Exp:
+    """``a.T @ b`` for 2-D ``a`` (a weight's gradient from a batch of rows), as ``matmul``
+    decides; computed now, the transpose is NumPy's view, with no Tensor made for it."""
+    sa, sb = a.shape, b.shape
+    if (len(sa) == 2 == len(sb) and sa[1] * sb[1] < policy.threshold and a.device is CPU
+            and recording.this_thread.rec is None):
+        return wrap(blas.matmul(as_array(a).T, as_array(b)))
+    return Dot(a.transpose(0, 1), b)
+
+
+def column(g):
+    """``g`` (N,) as a column (N, 1), to scale each row of an (N, C) value: for a computed
+    ``g`` a Tensor around NumPy's view (no layout walk), else a lazy reshape."""
+    if type(g) is Tensor and g.device is CPU:
+        return wrap(g.array.reshape(-1, 1))
+    return g.reshape(g.shape[0], 1)
+
+
 def softmax_cross_entropy(z, q) -> tuple[Exp, Exp]:
     """Each row's cross-entropy of logits ``z`` (N, C) against ``q``, with each row's
     softmax, which backward reads: ``(loss, softmax)``. Computed now where the policy
