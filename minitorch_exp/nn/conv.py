@@ -52,8 +52,7 @@ class Conv2dFunction(Function):
     @staticmethod
     def backward(ctx, g):
         x, w = ctx.saved_tensors
-        f, needs = forms.of(g), ctx.needs_input_grad
-        at = {"window": ctx.attrs["window"], "groups": ctx.attrs["groups"], "memo": ctx}
+        f, needs, at = _rule_parts(ctx, g)
         gx = f.conv_transpose2d(g, w, shape=x.shape, **at) if needs[0] else None
         gw = f.conv2d_weight(x, g, shape=w.shape, **at) if needs[1] else None
         if len(needs) == 2:
@@ -82,8 +81,7 @@ class ConvTranspose2dFunction(Function):
     @staticmethod
     def backward(ctx, g):
         x, w = ctx.saved_tensors
-        f, needs = forms.of(g), ctx.needs_input_grad
-        at = {"window": ctx.attrs["window"], "groups": ctx.attrs["groups"], "memo": ctx}
+        f, needs, at = _rule_parts(ctx, g)
         gx = f.conv2d(g, w, **at) if needs[0] else None
         gw = f.conv2d_weight(g, x, shape=w.shape, **at) if needs[1] else None
         if len(needs) == 2:
@@ -109,14 +107,21 @@ class ConvWeightGrad(Function):
     @staticmethod
     def backward(ctx, h):
         x, g = ctx.saved_tensors
-        f, needs = forms.of(h), ctx.needs_input_grad
-        at = {"window": ctx.attrs["window"], "groups": ctx.attrs["groups"], "memo": ctx}
+        f, needs, at = _rule_parts(ctx, h)
         gx = f.conv_transpose2d(g, h, shape=x.shape, **at) if needs[0] else None
         gg = f.conv2d(x, h, **at) if needs[1] else None
         return gx, gg
 
 
 # ---- each level's convolutions, as the rules above call them (``forms``) ----------------
+
+def _rule_parts(ctx, g) -> tuple:
+    """What a convolution's rule starts from: the functions for ``g``'s level, which
+    inputs need a gradient, and the keywords every convolution form takes (the window,
+    the groups, and the Context that keeps this call's shared operands)."""
+    at = {"window": ctx.attrs["window"], "groups": ctx.attrs["groups"], "memo": ctx}
+    return forms.of(g), ctx.needs_input_grad, at
+
 
 def _columns(x, window: im2col.Window, memo):
     """``im2col(pad(x))``, made once per call of a Function (``memo``, its Context, keeps it

@@ -63,7 +63,7 @@ def window_scatter(g, *, window: im2col.Window, shapes, first=None, divisor=None
 def window_gather(x, *, window: im2col.Window, shapes, first=None, divisor=None):
     """``window_scatter``'s adjoint: each window's value read from ``x`` -- at its
     ``first`` maximum, or summed over ``divisor``."""
-    padded = im2col.pad(realize(x), window, 0.0)
+    padded = im2col.pad(x, window, 0.0)
     views = [im2col.at_offset(padded, window, i, j) for i, j in window.offsets]
     out = creation.new_empty(views[0].shape, x.dtype, x.device)
     if first is None:

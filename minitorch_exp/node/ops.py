@@ -759,12 +759,12 @@ Node.rule_forms = forms.NODES
 forms.add(
     {"computed": realize, "matmul": eager.matmul, "matmul_t": eager.matmul_t,
      "column": eager.column, "sum_to": eager.sum_to,
-     "softmax_of": lambda z, forward_s: forward_s,
+     "softmax_of": lambda z, kept: kept,
      "getitem": lambda g, key: realize(g)[key], "place_at_index": _place_tensor,
      "to_device": lambda g, device: realize(g).to(device)},
     {"computed": lambda g: g, "matmul": matmul,
      "matmul_t": lambda a, b: matmul(transpose(a, 0, 1), b),
      "column": lambda g: unsqueeze(g, 1), "sum_to": sum_to,
-     "softmax_of": lambda z, forward_s: softmax(z, 1), "getitem": getitem,
+     "softmax_of": lambda z, kept: softmax(z, 1), "getitem": getitem,
      "place_at_index": lambda g, key, where: place_at_index(g, key, where[0]),
      "to_device": to_device})

@@ -287,9 +287,7 @@ def matmul(a, b) -> Exp:
     """``a @ b`` of 2-D operands computed now where the policy says of the result, else a
     lazy product: one that is large is written by backward straight into its gradient
     buffer (no temporary the size of a weight). A rule's product (forms.py)."""
-    sa, sb = a.shape, b.shape
-    if (len(sa) == 2 == len(sb) and sa[0] * sb[1] < policy.threshold and a.device is CPU
-            and recording.this_thread.rec is None):  # ``now``, written out: every linear's
+    if a.ndim == 2 == b.ndim and _small_product(a.shape[0], b.shape[1], a.device):
         return wrap(blas.matmul(as_array(a), as_array(b)))
     return Dot(a, b)
 
@@ -297,11 +295,15 @@ def matmul(a, b) -> Exp:
 def matmul_t(a, b) -> Exp:
     """``a.T @ b`` for 2-D ``a`` (a weight's gradient from a batch of rows), as ``matmul``
     decides; computed now, the transpose is NumPy's view, with no Tensor made for it."""
-    sa, sb = a.shape, b.shape
-    if (len(sa) == 2 == len(sb) and sa[1] * sb[1] < policy.threshold and a.device is CPU
-            and recording.this_thread.rec is None):
+    if a.ndim == 2 == b.ndim and _small_product(a.shape[1], b.shape[1], a.device):
         return wrap(blas.matmul(as_array(a).T, as_array(b)))
     return Dot(a.transpose(0, 1), b)
+
+
+def _small_product(rows: int, cols: int, device) -> bool:
+    """``now`` for a product's (rows, cols) result, written out: every linear's gradient
+    asks it twice."""
+    return rows * cols < policy.threshold and device is CPU and recording.this_thread.rec is None
 
 
 def column(g):
